@@ -1,0 +1,131 @@
+"""What a store records of a run, and what it answers to a claim.
+
+A *run* is one slot of one job (``job``, ``slot_ms``). Its *attempts* are the
+tries to execute it: attempt 1 is won by a new claim; attempt 2 and later by a
+claim that finds the run still ``running`` with a lease that ran out (the
+runner died) or was released (the runner handed it over on ``stop()``).
+
+"Expired" is not stored as a status: it is what a ``running`` run is once the
+store's clock has passed its ``lease_end_ms``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timezone
+from typing import Optional
+
+__all__ = [
+    "Run",
+    "Claim",
+    "RUNNING",
+    "SUCCESS",
+    "FAILED",
+    "INTERRUPTED",
+    "STATUSES",
+    "FINISH_STATUSES",
+    "SCHEDULE",
+    "CATCH_UP",
+    "TAKEOVER",
+    "REASONS",
+    "WON",
+    "OUTCOMES",
+    "LATE_TOLERANCE_MS",
+    "EARLY_TOLERANCE_MS",
+    "slot_datetime",
+]
+
+# Statuses of a run.
+RUNNING = "running"
+SUCCESS = "success"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+STATUSES = (RUNNING, SUCCESS, FAILED, INTERRUPTED)
+FINISH_STATUSES = (SUCCESS, FAILED)
+
+# Why a claim was made.
+SCHEDULE = "schedule"
+CATCH_UP = "catch-up"
+TAKEOVER = "takeover"
+REASONS = (SCHEDULE, CATCH_UP, TAKEOVER)
+
+# Outcomes of a claim (see the table in SPEC.md and Claim below).
+WON = "won"
+OUTCOMES = (WON, "running", "overlap", "late", "early", "done", "none")
+
+#: A new claim is late when ``now - slot_ms > max_late_ms + LATE_TOLERANCE_MS``.
+LATE_TOLERANCE_MS = 10_000
+#: A new claim is early when ``slot_ms > now + EARLY_TOLERANCE_MS``.
+EARLY_TOLERANCE_MS = 10_000
+
+
+def slot_datetime(slot_ms: int) -> datetime:
+    """The aware UTC datetime of a slot given in epoch milliseconds."""
+    return datetime.fromtimestamp(slot_ms / 1000, tz=timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run of a job as the store records it.
+
+    ``attempt``, ``token``, ``runner``, ``reason`` and ``started_ms`` describe
+    the current (latest) attempt. ``handed_over`` is true once any attempt of
+    the run was released by a stopping instance. ``lease_end_ms`` is a time on
+    the store's clock. ``slot`` is derived from ``slot_ms``.
+    """
+
+    job: str
+    slot_ms: int
+    attempt: int
+    token: str
+    runner: str
+    status: str
+    lease_end_ms: int
+    handed_over: bool
+    reason: str
+    error: Optional[str]
+    started_ms: int
+    finished_ms: Optional[int]
+    slot: datetime = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", slot_datetime(self.slot_ms))
+
+    @property
+    def finished(self) -> bool:
+        """True once the run ended (success, failed or interrupted)."""
+        return self.status != RUNNING
+
+    def lease_alive(self, now_ms: int) -> bool:
+        """True while the run is running and its lease ends after ``now_ms``."""
+        return self.status == RUNNING and self.lease_end_ms > now_ms
+
+    def to_dict(self) -> dict[str, object]:
+        """The run as plain JSON-ready values (``slot`` as ISO 8601 text)."""
+        data = dataclasses.asdict(self)
+        data["slot"] = self.slot.isoformat()
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A store's answer to a claim.
+
+    ``outcome`` is one of:
+
+    ``won``      the caller runs the run (``run`` holds its new token);
+    ``running``  the run's lease is alive: the caller becomes a backup;
+    ``overlap``  an earlier slot of the job is running (``run`` is that one);
+    ``late``     the claim came too late for a new run;
+    ``early``    the slot is more than 10 s ahead of the store's clock;
+    ``done``     the run ended, or this claim just marked it interrupted;
+    ``none``     a takeover claim found no run for the slot.
+    """
+
+    outcome: str
+    run: Optional[Run] = None
+
+    @property
+    def won(self) -> bool:
+        """True when the caller won the run and must execute it."""
+        return self.outcome == WON

@@ -1,0 +1,66 @@
+"""The stores, and :func:`open_store` to open one from a URL.
+
+=====================================  ===============  ===================
+URL                                    class            clock
+=====================================  ===============  ===================
+``sqlite:///relative.db``,             SQLiteStore      the host's clock
+``sqlite:////abs/path.db``
+``memory://``                          MemoryStore      the process clock
+=====================================  ===============  ===================
+
+A backend whose client library is an optional extra imports it through
+:func:`require`, which names the ``pip install`` command when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Dict, Tuple
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError
+from .base import Store
+from .memory import MemoryStore
+from .sqlite import SQLiteStore
+
+__all__ = ["Store", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHEMES"]
+
+#: URL scheme -> (module, class) of the store that serves it.
+SCHEMES: Dict[str, Tuple[str, str]] = {
+    "memory": ("leasecron.stores.memory", "MemoryStore"),
+    "sqlite": ("leasecron.stores.sqlite", "SQLiteStore"),
+}
+
+
+def open_store(url: str) -> Store:
+    """Open the store a URL names, for example ``sqlite:///leasecron.db``.
+
+    Raises :class:`~leasecron.ConfigError` for an unknown scheme or bad
+    options, and for a backend whose client library is not installed (the
+    message says what to install).
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"store URL must look like scheme://..., not {url!r}; known schemes: {_known()}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in SCHEMES:
+        raise ConfigError(f"unknown store URL scheme {scheme!r} in {url!r}; known schemes: {_known()}")
+    module_name, class_name = SCHEMES[scheme]
+    store_class = getattr(importlib.import_module(module_name), class_name)
+    store: Store = store_class.from_url(url)
+    return store
+
+
+def require(module: str, *, extra: str, store: str) -> ModuleType:
+    """Import a backend's client library, or say which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{store} needs the Python package {module!r}, which is not installed:"
+            f" pip install 'leasecron[{extra}]'"
+        ) from exc
+
+
+def _known() -> str:
+    return ", ".join(f"{s}://" for s in SCHEMES)

@@ -1,0 +1,293 @@
+"""The lease rules written once, for the stores that run them in Python.
+
+:class:`TableStore` carries out every operation of the store contract on a
+:class:`Table`: a handful of reads and writes that a backend performs inside
+one atomic section (the memory store under a lock, SQLite inside ``BEGIN
+IMMEDIATE``). The decisions themselves live here, once.
+
+Redis (Lua) and PostgreSQL (SQL) state the same rules in their own language;
+the shared conformance suite proves all of them alike.
+
+What a store keeps beyond :class:`~leasecron.Run`: ``released`` (the current
+attempt's lease was released and can no longer be renewed) and ``handovers``
+(how many attempts ended by a release). An expired run has had ``attempt``
+attempts end, of which ``attempt - handovers`` ended by a dead runner; only
+those count against ``max_attempts``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import secrets
+from contextlib import AbstractContextManager
+from typing import List, Optional, Tuple
+
+from ..runs import (
+    EARLY_TOLERANCE_MS,
+    INTERRUPTED,
+    LATE_TOLERANCE_MS,
+    RUNNING,
+    TAKEOVER,
+    WON,
+    Claim,
+    Run,
+    slot_datetime,
+)
+from .base import Store, validate_claim_args, validate_finish_args, validate_token_args
+
+__all__ = ["Record", "Table", "TableStore", "new_token"]
+
+
+def new_token() -> str:
+    """A fresh random token for one attempt (128 bits, hex)."""
+    return secrets.token_hex(16)
+
+
+@dataclasses.dataclass
+class Record:
+    """A run as a store keeps it: a :class:`~leasecron.Run` plus the hand-over state."""
+
+    job: str
+    slot_ms: int
+    attempt: int
+    token: str
+    runner: str
+    status: str
+    lease_end_ms: int
+    released: bool
+    handovers: int
+    reason: str
+    error: Optional[str]
+    started_ms: int
+    finished_ms: Optional[int]
+
+    def to_run(self) -> Run:
+        """The public, frozen view of this record."""
+        return Run(
+            job=self.job,
+            slot_ms=self.slot_ms,
+            attempt=self.attempt,
+            token=self.token,
+            runner=self.runner,
+            status=self.status,
+            lease_end_ms=self.lease_end_ms,
+            handed_over=self.handovers > 0,
+            reason=self.reason,
+            error=self.error,
+            started_ms=self.started_ms,
+            finished_ms=self.finished_ms,
+        )
+
+    def interrupt(self, now_ms: int, why: str) -> None:
+        """End the run as ``interrupted``; it is not retried."""
+        self.status = INTERRUPTED
+        self.error = why
+        self.finished_ms = now_ms
+
+
+class Table(abc.ABC):
+    """The reads and writes of one atomic section of a :class:`TableStore`."""
+
+    @abc.abstractmethod
+    def get(self, job: str, slot_ms: int) -> Optional[Record]:
+        """The record of ``job`` at ``slot_ms`` (a copy the caller may change)."""
+
+    @abc.abstractmethod
+    def newest(self, job: str) -> Optional[Record]:
+        """The record of ``job``'s newest slot."""
+
+    @abc.abstractmethod
+    def running(self, job: str, before_ms: Optional[int] = None) -> List[Record]:
+        """The running records of ``job`` (with a slot before ``before_ms``), oldest first."""
+
+    @abc.abstractmethod
+    def latest(self, job: str, limit: int) -> List[Record]:
+        """At most ``limit`` records of ``job``, newest slot first."""
+
+    @abc.abstractmethod
+    def jobs(self) -> List[str]:
+        """The job names that have records, sorted."""
+
+    @abc.abstractmethod
+    def insert(self, record: Record) -> None:
+        """Store a record for a slot that has none."""
+
+    @abc.abstractmethod
+    def update(self, record: Record) -> None:
+        """Store the changed fields of an existing record."""
+
+    @abc.abstractmethod
+    def prune(self, job: str, keep: int, horizon_ms: int) -> None:
+        """Delete ``job``'s finished records beyond the newest ``keep`` finished ones.
+
+        Never the job's newest record, a running record, or one whose slot is
+        at or after ``horizon_ms``.
+        """
+
+
+class TableStore(Store):
+    """A store whose operations are the shared rules run on a :class:`Table`."""
+
+    @abc.abstractmethod
+    def _write(self) -> AbstractContextManager[Tuple[Table, int]]:
+        """An atomic read-write section: yields the table and the store's ``now``.
+
+        ``now`` is read once the section holds its lock, so that the order of
+        the sections and of their clocks agree.
+        """
+
+    @abc.abstractmethod
+    def _read(self) -> AbstractContextManager[Table]:
+        """A consistent read-only section."""
+
+    # -- the contract --------------------------------------------------------
+
+    def claim(
+        self,
+        job: str,
+        slot_ms: int,
+        *,
+        runner: str,
+        reason: str = "schedule",
+        lease_ms: int = 30_000,
+        max_attempts: int = 3,
+        max_late_ms: int = 30_000,
+        overlap: str = "skip",
+        history_size: int = 100,
+    ) -> Claim:
+        validate_claim_args(
+            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size
+        )
+        with self._write() as (table, now):
+            record = table.get(job, slot_ms)
+            if record is not None:
+                return _claim_existing(table, now, record, runner, reason, lease_ms, max_attempts)
+            if reason == TAKEOVER:
+                return Claim("none")
+            if slot_ms > now + EARLY_TOLERANCE_MS:
+                return Claim("early")
+            if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS:
+                return Claim("late")
+            newest = table.newest(job)
+            if newest is not None and newest.slot_ms > slot_ms:
+                return Claim("late", newest.to_run())
+            earlier = table.running(job, before_ms=slot_ms)
+            alive = [r for r in earlier if r.lease_end_ms > now]
+            if alive and overlap == "skip":
+                return Claim("overlap", alive[-1].to_run())
+            for old in earlier:
+                if old.lease_end_ms <= now:
+                    old.interrupt(now, f"superseded: slot {slot_datetime(slot_ms).isoformat()} started first")
+                    table.update(old)
+            record = Record(
+                job=job,
+                slot_ms=slot_ms,
+                attempt=1,
+                token=new_token(),
+                runner=runner,
+                status=RUNNING,
+                lease_end_ms=now + lease_ms,
+                released=False,
+                handovers=0,
+                reason=reason,
+                error=None,
+                started_ms=now,
+                finished_ms=None,
+            )
+            table.insert(record)
+            table.prune(job, history_size, now - max_late_ms - LATE_TOLERANCE_MS)
+            return Claim(WON, record.to_run())
+
+    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
+        validate_token_args(job, slot_ms, token)
+        with self._write() as (table, now):
+            record = _current(table, job, slot_ms, token)
+            if record is None or record.released:
+                return False
+            record.lease_end_ms = now + lease_ms
+            table.update(record)
+            return True
+
+    def finish(
+        self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None
+    ) -> bool:
+        validate_finish_args(job, slot_ms, token, status)
+        with self._write() as (table, now):
+            record = _current(table, job, slot_ms, token)
+            if record is None:
+                return False
+            record.status = status
+            record.error = error
+            record.finished_ms = now
+            table.update(record)
+            return True
+
+    def release(self, job: str, slot_ms: int, token: str) -> bool:
+        validate_token_args(job, slot_ms, token)
+        with self._write() as (table, now):
+            record = _current(table, job, slot_ms, token)
+            if record is None or record.released:
+                return False
+            record.lease_end_ms = now
+            record.released = True
+            record.handovers += 1
+            table.update(record)
+            return True
+
+    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        with self._read() as table:
+            record = table.get(job, slot_ms)
+        return None if record is None else record.to_run()
+
+    def unfinished(self, job: str) -> List[Run]:
+        with self._read() as table:
+            return [r.to_run() for r in table.running(job)]
+
+    def runs(self, job: str, limit: int = 20) -> List[Run]:
+        with self._read() as table:
+            return [r.to_run() for r in table.latest(job, max(0, limit))]
+
+    def jobs(self) -> List[str]:
+        with self._read() as table:
+            return table.jobs()
+
+
+def _current(table: Table, job: str, slot_ms: int, token: str) -> Optional[Record]:
+    """The record if it is running with ``token`` as its current token."""
+    record = table.get(job, slot_ms)
+    if record is None or record.status != RUNNING or record.token != token:
+        return None
+    return record
+
+
+def _claim_existing(
+    table: Table,
+    now: int,
+    record: Record,
+    runner: str,
+    reason: str,
+    lease_ms: int,
+    max_attempts: int,
+) -> Claim:
+    if record.status != RUNNING:
+        return Claim("done", record.to_run())
+    if record.lease_end_ms > now:
+        return Claim("running", record.to_run())
+    newest = table.newest(record.job)
+    if newest is not None and newest.slot_ms > record.slot_ms:
+        record.interrupt(now, f"superseded: slot {slot_datetime(newest.slot_ms).isoformat()} started first")
+    elif record.attempt - record.handovers >= max_attempts:
+        record.interrupt(now, f"max_attempts ({max_attempts}) used up by runners that died")
+    else:
+        record.attempt += 1
+        record.token = new_token()
+        record.runner = runner
+        record.lease_end_ms = now + lease_ms
+        record.released = False
+        record.reason = reason
+        record.started_ms = now
+        table.update(record)
+        return Claim(WON, record.to_run())
+    table.update(record)
+    return Claim("done", record.to_run())

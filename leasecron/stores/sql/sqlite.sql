@@ -1,0 +1,100 @@
+-- The SQLite store's queries. Loaded by leasecron.stores.queries.
+-- {table} is the runs table (checked to be a plain identifier); every value
+-- is a named parameter. The claim rules themselves are in
+-- leasecron/stores/rules.py; these are the reads and writes they need, run
+-- inside one BEGIN IMMEDIATE transaction.
+
+-- name: create_runs
+-- One row per run (job, slot). released: the current attempt's lease was
+-- released; handovers: how many attempts ended by a release.
+CREATE TABLE IF NOT EXISTS {table} (
+    job          TEXT    NOT NULL,
+    slot_ms      INTEGER NOT NULL,
+    attempt      INTEGER NOT NULL,
+    token        TEXT    NOT NULL,
+    runner       TEXT    NOT NULL,
+    status       TEXT    NOT NULL,
+    lease_end_ms INTEGER NOT NULL,
+    released     INTEGER NOT NULL DEFAULT 0,
+    handovers    INTEGER NOT NULL DEFAULT 0,
+    reason       TEXT    NOT NULL,
+    error        TEXT,
+    started_ms   INTEGER NOT NULL,
+    finished_ms  INTEGER,
+    PRIMARY KEY (job, slot_ms)
+) WITHOUT ROWID;
+
+-- name: create_running_index
+-- Keeps the overlap check and unfinished() to the few running rows.
+CREATE INDEX IF NOT EXISTS {table}_running ON {table} (job, slot_ms) WHERE status = 'running';
+
+-- name: create_meta
+CREATE TABLE IF NOT EXISTS {table}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+-- name: get_version
+-- Returns: one row (value) once the schema is stamped.
+SELECT value FROM {table}_meta WHERE key = 'schema_version';
+
+-- name: set_version
+-- Takes: version.
+INSERT INTO {table}_meta (key, value) VALUES ('schema_version', :version)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: get
+-- Takes: job, slot_ms. Returns: the run, or no row.
+SELECT * FROM {table} WHERE job = :job AND slot_ms = :slot_ms;
+
+-- name: newest
+-- Takes: job. Returns: the run of the job's newest slot, or no row.
+SELECT * FROM {table} WHERE job = :job ORDER BY slot_ms DESC LIMIT 1;
+
+-- name: running_before
+-- Takes: job, before_ms. Returns: running runs with an earlier slot, oldest first.
+SELECT * FROM {table}
+WHERE job = :job AND status = 'running' AND slot_ms < :before_ms
+ORDER BY slot_ms;
+
+-- name: running
+-- Takes: job. Returns: running runs, oldest first.
+SELECT * FROM {table} WHERE job = :job AND status = 'running' ORDER BY slot_ms;
+
+-- name: latest
+-- Takes: job, limit. Returns: runs, newest slot first.
+SELECT * FROM {table} WHERE job = :job ORDER BY slot_ms DESC LIMIT :limit;
+
+-- name: jobs
+-- Returns: the job names, sorted.
+SELECT DISTINCT job FROM {table} ORDER BY job;
+
+-- name: insert
+-- Takes: every column.
+INSERT INTO {table} (
+    job, slot_ms, attempt, token, runner, status, lease_end_ms,
+    released, handovers, reason, error, started_ms, finished_ms
+) VALUES (
+    :job, :slot_ms, :attempt, :token, :runner, :status, :lease_end_ms,
+    :released, :handovers, :reason, :error, :started_ms, :finished_ms
+);
+
+-- name: update
+-- Takes: every column; (job, slot_ms) names the row.
+UPDATE {table} SET
+    attempt = :attempt, token = :token, runner = :runner, status = :status,
+    lease_end_ms = :lease_end_ms, released = :released, handovers = :handovers,
+    reason = :reason, error = :error, started_ms = :started_ms, finished_ms = :finished_ms
+WHERE job = :job AND slot_ms = :slot_ms;
+
+-- name: prune
+-- Takes: job, keep, horizon_ms. Deletes finished runs beyond the newest
+-- `keep` finished ones, but never the newest run nor one at or after the
+-- late horizon.
+DELETE FROM {table}
+WHERE job = :job
+  AND status != 'running'
+  AND slot_ms < :horizon_ms
+  AND slot_ms < (SELECT MAX(slot_ms) FROM {table} WHERE job = :job)
+  AND slot_ms NOT IN (
+      SELECT slot_ms FROM {table}
+      WHERE job = :job AND status != 'running'
+      ORDER BY slot_ms DESC LIMIT :keep
+  );
