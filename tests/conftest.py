@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import pytest
 
@@ -98,18 +98,3 @@ def store(backend: Backend) -> Store:
     """A store on this test's namespace of the current backend."""
     return backend.open()
 
-
-def wait_for(
-    condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.01, message: Optional[str] = None
-) -> object:
-    """Poll ``condition`` until it returns a true value, or fail after ``timeout`` seconds."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(message or f"condition not met within {timeout} s: {condition}")
-        time.sleep(interval)
