@@ -9,8 +9,12 @@ frozen; a stopping instance *hands its runs over* at once.
 
 from __future__ import annotations
 
+from .context import Context, Signal
 from .errors import Aborted, ConfigError, LeaseCronError, StoreError, StoreUnavailable
+from .events import Event
+from .jobs import Job
 from .runs import Claim, Run
+from .scheduler import LeaseCron
 from .stores import MemoryStore, SQLiteStore, Store, open_store
 
 __version__ = "0.1.0.dev0"
@@ -19,10 +23,15 @@ __all__ = [
     "Aborted",
     "Claim",
     "ConfigError",
+    "Context",
+    "Event",
+    "Job",
+    "LeaseCron",
     "LeaseCronError",
     "MemoryStore",
     "Run",
     "SQLiteStore",
+    "Signal",
     "Store",
     "StoreError",
     "StoreUnavailable",

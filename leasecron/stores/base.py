@@ -29,7 +29,14 @@ from typing import List, Optional, Type
 from ..errors import ConfigError
 from ..runs import FINISH_STATUSES, REASONS, SCHEDULE, Claim, Run
 
-__all__ = ["Store", "OVERLAP_MODES", "validate_claim_args", "validate_finish_args", "validate_token_args"]
+__all__ = [
+    "Store",
+    "OVERLAP_MODES",
+    "validate_claim_args",
+    "validate_finish_args",
+    "validate_heartbeat_args",
+    "validate_token_args",
+]
 
 OVERLAP_MODES = ("skip", "allow")
 
@@ -186,10 +193,19 @@ def validate_claim_args(
     _check_int("history_size", history_size, 0)
 
 
-def validate_finish_args(job: str, slot_ms: int, token: str, status: str) -> None:
+def validate_finish_args(
+    job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None
+) -> None:
     """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a finish."""
     validate_token_args(job, slot_ms, token)
     _require(status in FINISH_STATUSES, f"status must be 'success' or 'failed', not {status!r}")
+    _require(error is None or isinstance(error, str), f"error must be a string or None, not {error!r}")
+
+
+def validate_heartbeat_args(job: str, slot_ms: int, token: str, lease_ms: int) -> None:
+    """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a heartbeat."""
+    validate_token_args(job, slot_ms, token)
+    _check_int("lease_ms", lease_ms, 1)
 
 
 def validate_token_args(job: str, slot_ms: int, token: str) -> None:

@@ -34,7 +34,13 @@ from ..runs import (
     Run,
     slot_datetime,
 )
-from .base import Store, validate_claim_args, validate_finish_args, validate_token_args
+from .base import (
+    Store,
+    validate_claim_args,
+    validate_finish_args,
+    validate_heartbeat_args,
+    validate_token_args,
+)
 
 __all__ = ["Record", "Table", "TableStore", "new_token"]
 
@@ -200,7 +206,7 @@ class TableStore(Store):
             return Claim(WON, record.to_run())
 
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        validate_token_args(job, slot_ms, token)
+        validate_heartbeat_args(job, slot_ms, token, lease_ms)
         with self._write() as (table, now):
             record = _current(table, job, slot_ms, token)
             if record is None or record.released:
@@ -212,7 +218,7 @@ class TableStore(Store):
     def finish(
         self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None
     ) -> bool:
-        validate_finish_args(job, slot_ms, token, status)
+        validate_finish_args(job, slot_ms, token, status, error)
         with self._write() as (table, now):
             record = _current(table, job, slot_ms, token)
             if record is None:

@@ -1,0 +1,74 @@
+"""What a handler is given: the :class:`Context` of its run and its abort :class:`Signal`."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from datetime import datetime
+from typing import Optional
+
+from .errors import Aborted
+
+__all__ = ["Context", "Signal", "LOST", "STOP"]
+
+#: ``Signal.reason`` when the lease was lost (fenced, or not renewable).
+LOST = "lost"
+#: ``Signal.reason`` when the instance is stopping.
+STOP = "stop"
+
+
+class Signal(threading.Event):
+    """Set when the run must stop: ``reason`` says why (``"lost"`` or ``"stop"``).
+
+    A ``threading.Event``: a handler may ``wait(timeout)`` on it instead of
+    sleeping, and wakes at once when the run is aborted.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reason: Optional[str] = None
+        self._reason_lock = threading.Lock()
+
+    @property
+    def aborted(self) -> bool:
+        """True once the run was aborted."""
+        return self.is_set()
+
+    @property
+    def reason(self) -> Optional[str]:
+        """``"lost"`` or ``"stop"`` once aborted, else ``None``."""
+        return self._reason
+
+    def abort(self, reason: str) -> bool:
+        """Abort with ``reason``; the first reason stays. Returns whether this call aborted."""
+        with self._reason_lock:
+            if self._reason is not None:
+                return False
+            self._reason = reason
+        self.set()
+        return True
+
+    def raise_if_aborted(self) -> None:
+        """Raise :class:`~leasecron.Aborted` if the run was aborted."""
+        if self._reason is not None:
+            raise Aborted(f"run aborted ({self._reason})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """The run a handler executes.
+
+    ``slot`` is the slot as an aware UTC datetime, ``slot_ms`` the same in
+    epoch milliseconds. ``reason`` is why this attempt started
+    (``"schedule"``, ``"catch-up"`` or ``"takeover"``). ``token`` is the
+    attempt's fencing token: pass it to a side effect that can check it.
+    """
+
+    job: str
+    slot: datetime
+    slot_ms: int
+    attempt: int
+    token: str
+    runner: str
+    reason: str
+    signal: Signal

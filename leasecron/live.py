@@ -1,0 +1,233 @@
+"""A live run: the attempt this instance won, with its run thread and heartbeat thread.
+
+The run thread calls the handler and then records the end: ``finish
+(success)`` when it returned, ``finish(failed)`` when it raised, ``release``
+(a hand-over) when it raised after ``stop()`` aborted its signal.
+
+The heartbeat thread renews the lease every ``heartbeat_ms``. It keeps a
+*local deadline*: the monotonic time the last successful renewal was sent,
+plus ``lease_ms``. The store's lease cannot end before it, so a runner that
+has not renewed by then may already have been replaced. The run is then
+*lost*, exactly as when a heartbeat is refused (fencing): the signal aborts
+with reason ``"lost"``, the ``lost`` event fires, and this instance never
+touches the run again. The scheduler thread also watches the deadline, so a
+store call that hangs cannot keep a runner from fencing itself.
+
+States: ``running`` -> ``finishing`` -> ``ended``; ``running`` or
+``finishing`` -> ``lost``; ``running`` -> ``abandoned`` (the stop timeout
+passed while the handler still ran: no more heartbeats, a backup takes over
+when the lease runs out).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Optional
+
+from .context import LOST, STOP, Context, Signal
+from .errors import Aborted
+from .events import log
+from .retry import call_until
+from .runs import FAILED, SUCCESS, Run
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import LeaseCron
+    from .jobs import Job
+
+__all__ = ["LiveRun"]
+
+RUNNING, FINISHING, ENDED, LOST_STATE, ABANDONED = "running", "finishing", "ended", "lost", "abandoned"
+_MAX_ERROR_CHARS = 4_000
+
+
+def error_text(exc: BaseException) -> str:
+    """The text a failed run records: the exception's type and message."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:_MAX_ERROR_CHARS]
+
+
+class LiveRun:
+    """One attempt this instance runs. Created by the scheduler when a claim is won."""
+
+    def __init__(self, cron: "LeaseCron", job: "Job", run: Run, claim_sent: float) -> None:
+        self.cron = cron
+        self.job = job
+        self.run = run
+        self.signal = Signal()
+        self.context = Context(
+            job=run.job,
+            slot=run.slot,
+            slot_ms=run.slot_ms,
+            attempt=run.attempt,
+            token=run.token,
+            runner=run.runner,
+            reason=run.reason,
+            signal=self.signal,
+        )
+        self.ended = threading.Event()
+        self._lease_s = job.options.lease_ms / 1000
+        self._deadline = claim_sent + self._lease_s
+        self._state = RUNNING
+        self._lock = threading.Lock()
+        self._stop_beating = threading.Event()
+
+    @property
+    def key(self) -> tuple:
+        """(job, slot_ms): what the store knows this run by."""
+        return (self.run.job, self.run.slot_ms)
+
+    @property
+    def state(self) -> str:
+        """running, finishing, ended, lost or abandoned."""
+        return self._state
+
+    def start(self) -> None:
+        """Start the run thread and the heartbeat thread."""
+        name = f"{self.run.job}@{self.run.slot_ms}#{self.run.attempt}"
+        self._watch_deadline()
+        threading.Thread(target=self._beat, name=f"leasecron-heartbeat-{name}", daemon=True).start()
+        threading.Thread(target=self._execute, name=f"leasecron-run-{name}", daemon=True).start()
+
+    # -- the run thread --------------------------------------------------------
+
+    def _execute(self) -> None:
+        error: Optional[BaseException] = None
+        try:
+            if self.job.takes_context:
+                self.job.func(self.context)
+            else:
+                self.job.func()
+        except BaseException as exc:  # noqa: BLE001 - every handler failure is recorded
+            error = exc
+        try:
+            self._conclude(error)
+        finally:
+            self._stop_beating.set()
+            self.ended.set()
+            self.cron._run_ended(self)
+
+    def _conclude(self, error: Optional[BaseException]) -> None:
+        with self._lock:
+            if self._state != RUNNING:  # lost or abandoned: never touch the run again
+                log.info("leasecron: %s ended after it was %s; the store is not told", self._name(), self._state)
+                return
+            self._state = FINISHING
+        store, run = self.cron.store, self.run
+        if error is not None and self.signal.reason == STOP:
+            log.info("leasecron: %s stopped (%s): handing it over", self._name(), error_text(error))
+            done = self._record_end(lambda: store.release(run.job, run.slot_ms, run.token), "released")
+            event, text = "handover", None
+        elif error is not None:
+            if not isinstance(error, Aborted):
+                log.error("leasecron: %s failed", self._name(), exc_info=error)
+            text = error_text(error)
+            done = self._record_end(
+                lambda: store.finish(run.job, run.slot_ms, run.token, FAILED, text), FAILED
+            )
+            event = "failed"
+        else:
+            text = None
+            done = self._record_end(lambda: store.finish(run.job, run.slot_ms, run.token, SUCCESS), SUCCESS)
+            event = "success"
+        self._stop_beating.set()
+        if done:
+            with self._lock:
+                if self._state != FINISHING:
+                    return
+                self._state = ENDED
+            log.info("leasecron: %s %s", self._name(), {"handover": "handed over"}.get(event, event))
+            self.cron._emit(event, run, error=text)
+
+    def _record_end(self, call: Callable[[], bool], status: str) -> bool:
+        """Finish or release; retried until the local deadline. False means the run is lost."""
+        tries = 0
+
+        def once() -> bool:
+            nonlocal tries
+            tries += 1
+            return call()
+
+        try:
+            if call_until(once, self._deadline):
+                return True
+        except Exception as exc:  # noqa: BLE001 - gave up: the lease cannot be trusted any longer
+            self.lose(f"could not record the end ({status}) before the lease ran out: {error_text(exc)}")
+            return False
+        if tries > 1 and status in (SUCCESS, FAILED):  # an earlier try may have landed
+            stored = self.cron.store.get_run(self.run.job, self.run.slot_ms)
+            if stored is not None and stored.token == self.run.token and stored.status == status:
+                return True
+        self.lose(f"the store refused to record the end ({status}): another attempt holds the run")
+        return False
+
+    # -- the heartbeat thread -----------------------------------------------------
+
+    def _beat(self) -> None:
+        store, run = self.cron.store, self.run
+        lease_ms = self.job.options.lease_ms
+        while not self._stop_beating.wait(self.job.options.heartbeat_ms / 1000):
+            sent = time.monotonic()
+            try:
+                renewed = call_until(
+                    lambda: store.heartbeat(run.job, run.slot_ms, run.token, lease_ms),
+                    self._deadline,
+                    retry_on=(Exception,),
+                )
+            except Exception as exc:  # noqa: BLE001 - judged by the deadline below
+                if time.monotonic() >= self._deadline:
+                    self.lose(f"the lease could not be renewed for lease_ms ({lease_ms} ms): {error_text(exc)}")
+                    return
+                log.warning("leasecron: heartbeat of %s failed (will retry): %s", self._name(), exc)
+                continue
+            if self._stop_beating.is_set():
+                return
+            if renewed:
+                with self._lock:
+                    self._deadline = max(self._deadline, sent + self._lease_s)
+                log.debug("leasecron: heartbeat of %s renewed", self._name())
+                self._watch_deadline()
+            elif self._state == RUNNING:
+                self.lose("heartbeat refused: the run has another token now")
+                return
+            else:  # finishing: the run thread's finish decides
+                return
+
+    def _watch_deadline(self) -> None:
+        deadline = self._deadline
+        self.cron._call_at_monotonic(deadline, self._check_deadline)
+
+    def _check_deadline(self) -> None:
+        if time.monotonic() >= self._deadline and self._state in (RUNNING, FINISHING):
+            self.lose(f"the lease was not renewed for lease_ms ({self.job.options.lease_ms} ms)")
+
+    # -- transitions -----------------------------------------------------------------
+
+    def lose(self, why: str) -> bool:
+        """The run is no longer ours: abort the signal, emit ``lost``, never touch it again."""
+        with self._lock:
+            if self._state not in (RUNNING, FINISHING):
+                return False
+            self._state = LOST_STATE
+        self._stop_beating.set()
+        self.signal.abort(LOST)
+        log.warning("leasecron: lost %s: %s", self._name(), why)
+        self.cron._emit("lost", self.run, error=why)
+        return True
+
+    def abandon(self) -> bool:
+        """Stop renewing a run whose handler outlived the stop timeout."""
+        with self._lock:
+            if self._state != RUNNING:
+                return False
+            self._state = ABANDONED
+        self._stop_beating.set()
+        log.warning(
+            "leasecron: %s still runs after the stop timeout: abandoned; a backup takes it over"
+            " when its lease runs out",
+            self._name(),
+        )
+        return True
+
+    def _name(self) -> str:
+        return f"job {self.run.job!r} slot {self.run.slot.isoformat()} attempt {self.run.attempt}"

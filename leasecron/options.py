@@ -1,0 +1,105 @@
+"""Job options: their defaults, how a job's overrides combine with the
+instance's defaults, and their validation.
+
+Every option may be given to :class:`~leasecron.LeaseCron` (a default for all
+its jobs) and to each job (an override). ``heartbeat_ms`` left unset at both
+levels is derived from the job's own lease: ``min(5_000, lease_ms // 6)``.
+A bad value raises :class:`~leasecron.ConfigError` naming the job and the
+option, at registration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Mapping, Optional
+
+from .errors import ConfigError
+from .schedules import time_zone
+from .stores.base import OVERLAP_MODES
+
+__all__ = ["JobOptions", "DEFAULTS", "OPTION_NAMES", "resolve_options", "check_option"]
+
+#: The option defaults of SPEC.md (``heartbeat_ms`` is derived from ``lease_ms``).
+DEFAULTS: Dict[str, Any] = {
+    "lease_ms": 30_000,
+    "heartbeat_ms": None,
+    "max_attempts": 3,
+    "overlap": "skip",
+    "catch_up_ms": 300_000,
+    "max_late_ms": 30_000,
+    "jitter_ms": 1_000,
+    "history_size": 100,
+    "tz": "UTC",
+}
+OPTION_NAMES = tuple(DEFAULTS)
+
+# name -> smallest value allowed, for the integer options.
+_MINIMUM = {
+    "lease_ms": 1,
+    "heartbeat_ms": 1,
+    "max_attempts": 1,
+    "catch_up_ms": 0,
+    "max_late_ms": 0,
+    "jitter_ms": 0,
+    "history_size": 0,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOptions:
+    """The options a job runs with, every one resolved to a value."""
+
+    lease_ms: int
+    heartbeat_ms: int
+    max_attempts: int
+    overlap: str
+    catch_up_ms: int
+    max_late_ms: int
+    jitter_ms: int
+    history_size: int
+    tz: str
+
+
+def _describe(job: Optional[str]) -> str:
+    return "LeaseCron" if job is None else f"job {job!r}"
+
+
+def check_option(name: str, value: Any, job: Optional[str] = None) -> None:
+    """Raise :class:`~leasecron.ConfigError` if ``value`` is not valid for option ``name``."""
+    where = _describe(job)
+    if name not in DEFAULTS:
+        raise ConfigError(f"{where}: unknown option {name!r}; known: {', '.join(OPTION_NAMES)}")
+    if value is None and name == "heartbeat_ms":
+        return
+    if name in _MINIMUM:
+        minimum = _MINIMUM[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{where}: {name} must be an integer, not {value!r}")
+        if value < minimum:
+            kind = "negative" if value < 0 else "too small"
+            raise ConfigError(f"{where}: {name} must be >= {minimum}, not {value!r} ({kind})")
+    elif name == "overlap":
+        if value not in OVERLAP_MODES:
+            raise ConfigError(f"{where}: overlap must be 'skip' or 'allow', not {value!r}")
+    elif name == "tz":
+        try:
+            time_zone(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: tz: {exc}") from None
+
+
+def resolve_options(
+    defaults: Mapping[str, Any], overrides: Mapping[str, Any], job: Optional[str] = None
+) -> JobOptions:
+    """The options of a job: its ``overrides`` over the instance's ``defaults``, validated."""
+    values = {**DEFAULTS, **defaults, **overrides}
+    for name, value in values.items():
+        check_option(name, value, job)
+    if values["heartbeat_ms"] is None:
+        values["heartbeat_ms"] = max(1, min(5_000, values["lease_ms"] // 6))
+    lease, heartbeat = values["lease_ms"], values["heartbeat_ms"]
+    if not heartbeat * 2 < lease:
+        raise ConfigError(
+            f"{_describe(job)}: heartbeat_ms ({heartbeat}) must be under half of lease_ms ({lease})"
+        )
+    return JobOptions(**values)
