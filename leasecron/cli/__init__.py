@@ -1,0 +1,2 @@
+def main():  # placeholder replaced by the CLI
+    raise SystemExit("leasecron CLI: not built yet")

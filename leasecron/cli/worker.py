@@ -1,0 +1,119 @@
+"""A worker process for the demo and the multi-process tests.
+
+``python -m leasecron.cli.worker --store URL --runner NAME [options]`` runs one
+job in a :class:`~leasecron.LeaseCron` until SIGTERM (``run_forever``: a
+graceful stop that hands live runs over) and prints one JSON object a line on
+stdout for every event, so a parent process can follow it:
+
+* ``{"event": "ready"}`` once started;
+* the instance's events (``start``, ``success``, ``failed``, ``skip``,
+  ``lost``, ``handover``, ``error``) with job, slot_ms, attempt, reason,
+  error, token;
+* ``handler-start`` / ``handler-end`` / ``aborted`` (with the signal's
+  reason) from inside the handler;
+* with ``--probe-finish``, after ``lost``: ``probe-finish`` with the store's
+  answer to a finish sent with the lost attempt's token (fencing says no).
+
+Every line has ``runner``, ``pid`` and ``t`` (the wall clock, epoch ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, List, Optional
+
+from .. import Aborted, Context, Event, LeaseCron, open_store
+
+__all__ = ["main"]
+
+_print_lock = threading.Lock()
+
+
+def emit(runner: str, event: str, **fields: Any) -> None:
+    """Print one JSON line (thread-safe, flushed)."""
+    line = {"event": event, "runner": runner, "pid": os.getpid(), "t": time.time_ns() // 1_000_000, **fields}
+    with _print_lock:
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m leasecron.cli.worker", description=__doc__.split("\n")[0])
+    p.add_argument("--store", required=True, help="store URL")
+    p.add_argument("--runner", required=True, help="this instance's runner name")
+    p.add_argument("--job", default="demo", help="job name (default: demo)")
+    p.add_argument("--every", type=float, default=2.0, help="interval in seconds (default: 2)")
+    p.add_argument("--work", type=float, default=0.5, help="seconds the handler works (default: 0.5)")
+    p.add_argument("--lease-ms", type=int, default=1_000)
+    p.add_argument("--heartbeat-ms", type=int, default=100)
+    p.add_argument("--jitter-ms", type=int, default=0)
+    p.add_argument("--catch-up-ms", type=int, default=0)
+    p.add_argument("--max-late-ms", type=int, default=30_000)
+    p.add_argument("--overlap", default="skip", choices=["skip", "allow"])
+    p.add_argument("--stop-timeout-ms", type=int, default=5_000)
+    p.add_argument("--ignore-abort", action="store_true", help="the handler ignores its signal")
+    p.add_argument("--probe-finish", action="store_true", help="after lost, try a finish with the old token")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the worker until SIGTERM or SIGINT."""
+    args = parse_args(argv)
+    store = open_store(args.store)
+    cron = LeaseCron(
+        store,
+        runner=args.runner,
+        lease_ms=args.lease_ms,
+        heartbeat_ms=args.heartbeat_ms,
+        jitter_ms=args.jitter_ms,
+        catch_up_ms=args.catch_up_ms,
+        max_late_ms=args.max_late_ms,
+        overlap=args.overlap,
+        stop_timeout_ms=args.stop_timeout_ms,
+    )
+    runner = args.runner
+
+    def handler(ctx: Context) -> None:
+        emit(runner, "handler-start", job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt, token=ctx.token)
+        if args.ignore_abort:
+            time.sleep(args.work)
+        elif ctx.signal.wait(args.work):
+            emit(runner, "aborted", job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt, reason=ctx.signal.reason)
+            raise Aborted(ctx.signal.reason or "aborted")
+        emit(runner, "handler-end", job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt, token=ctx.token)
+
+    cron.add_job(handler, args.every, name=args.job)
+
+    def on_event(event: Event) -> None:
+        run = event.run
+        emit(
+            runner,
+            event.type,
+            job=event.job,
+            slot_ms=event.slot_ms,
+            attempt=event.attempt,
+            reason=event.reason,
+            error=event.error,
+            token=None if run is None else run.token,
+        )
+        if event.type == "lost" and args.probe_finish and run is not None:
+            accepted = store.finish(run.job, run.slot_ms, run.token, "success")
+            emit(runner, "probe-finish", job=run.job, slot_ms=run.slot_ms, attempt=run.attempt, accepted=accepted)
+
+    for name in ("start", "success", "failed", "skip", "lost", "handover", "error"):
+        cron.on(name, on_event)
+    cron.start()
+    emit(runner, "ready")
+    cron.run_forever()
+    emit(runner, "stopped")
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
