@@ -36,12 +36,21 @@ class _MemoryTable(Table):
         slots = self._runs.get(job)
         return dataclasses.replace(slots[max(slots)]) if slots else None
 
-    def running(self, job: str, before_ms: Optional[int] = None) -> List[Record]:
-        return [
-            dataclasses.replace(r)
-            for slot, r in sorted(self._runs.get(job, {}).items())
-            if r.status == RUNNING and (before_ms is None or slot < before_ms)
-        ]
+    def running(self, job: str) -> List[Record]:
+        return [dataclasses.replace(r) for _, r in sorted(self._runs.get(job, {}).items()) if r.status == RUNNING]
+
+    def _running_before(self, job: str, before_ms: int) -> List[Record]:
+        runs = self._runs.get(job, {})
+        return [runs[s] for s in sorted(runs) if s < before_ms and runs[s].status == RUNNING]
+
+    def live_before(self, job: str, before_ms: int, now_ms: int) -> Optional[Record]:
+        alive = [r for r in self._running_before(job, before_ms) if r.lease_end_ms > now_ms]
+        return dataclasses.replace(alive[-1]) if alive else None
+
+    def interrupt_expired(self, job: str, before_ms: int, now_ms: int, why: str) -> None:
+        for record in self._running_before(job, before_ms):
+            if record.lease_end_ms <= now_ms:
+                record.interrupt(now_ms, why)
 
     def latest(self, job: str, limit: int) -> List[Record]:
         slots = self._runs.get(job, {})

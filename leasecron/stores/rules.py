@@ -104,8 +104,18 @@ class Table(abc.ABC):
         """The record of ``job``'s newest slot."""
 
     @abc.abstractmethod
-    def running(self, job: str, before_ms: Optional[int] = None) -> List[Record]:
-        """The running records of ``job`` (with a slot before ``before_ms``), oldest first."""
+    def running(self, job: str) -> List[Record]:
+        """The running records of ``job``, oldest first."""
+
+    @abc.abstractmethod
+    def live_before(self, job: str, before_ms: int, now_ms: int) -> Optional[Record]:
+        """The newest running record of ``job`` with a slot before ``before_ms``
+        whose lease is alive (``lease_end_ms > now_ms``)."""
+
+    @abc.abstractmethod
+    def interrupt_expired(self, job: str, before_ms: int, now_ms: int, why: str) -> None:
+        """Mark ``interrupted`` every running record of ``job`` with a slot before
+        ``before_ms`` whose lease ended (``lease_end_ms <= now_ms``)."""
 
     @abc.abstractmethod
     def latest(self, job: str, limit: int) -> List[Record]:
@@ -178,14 +188,11 @@ class TableStore(Store):
             newest = table.newest(job)
             if newest is not None and newest.slot_ms > slot_ms:
                 return Claim("late", newest.to_run())
-            earlier = table.running(job, before_ms=slot_ms)
-            alive = [r for r in earlier if r.lease_end_ms > now]
-            if alive and overlap == "skip":
-                return Claim("overlap", alive[-1].to_run())
-            for old in earlier:
-                if old.lease_end_ms <= now:
-                    old.interrupt(now, f"superseded: slot {slot_datetime(slot_ms).isoformat()} started first")
-                    table.update(old)
+            if overlap == "skip":
+                alive = table.live_before(job, slot_ms, now)
+                if alive is not None:
+                    return Claim("overlap", alive.to_run())
+            table.interrupt_expired(job, slot_ms, now, _superseded(slot_ms))
             record = Record(
                 job=job,
                 slot_ms=slot_ms,
@@ -259,6 +266,10 @@ class TableStore(Store):
             return table.jobs()
 
 
+def _superseded(slot_ms: int) -> str:
+    return f"superseded: slot {slot_datetime(slot_ms).isoformat()} started first"
+
+
 def _current(table: Table, job: str, slot_ms: int, token: str) -> Optional[Record]:
     """The record if it is running with ``token`` as its current token."""
     record = table.get(job, slot_ms)
@@ -282,7 +293,7 @@ def _claim_existing(
         return Claim("running", record.to_run())
     newest = table.newest(record.job)
     if newest is not None and newest.slot_ms > record.slot_ms:
-        record.interrupt(now, f"superseded: slot {slot_datetime(newest.slot_ms).isoformat()} started first")
+        record.interrupt(now, _superseded(newest.slot_ms))
     elif record.attempt - record.handovers >= max_attempts:
         record.interrupt(now, f"max_attempts ({max_attempts}) used up by runners that died")
     else:

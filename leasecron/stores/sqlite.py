@@ -63,10 +63,15 @@ class _SQLiteTable(Table):
     def newest(self, job: str) -> Optional[Record]:
         return self._one("newest", job=job)
 
-    def running(self, job: str, before_ms: Optional[int] = None) -> List[Record]:
-        if before_ms is None:
-            return self._all("running", job=job)
-        return self._all("running_before", job=job, before_ms=before_ms)
+    def running(self, job: str) -> List[Record]:
+        return self._all("running", job=job)
+
+    def live_before(self, job: str, before_ms: int, now_ms: int) -> Optional[Record]:
+        return self._one("live_before", job=job, before_ms=before_ms, now_ms=now_ms)
+
+    def interrupt_expired(self, job: str, before_ms: int, now_ms: int, why: str) -> None:
+        params = {"job": job, "before_ms": before_ms, "now_ms": now_ms, "why": why}
+        self._conn.execute(self._q["interrupt_expired"], params)
 
     def latest(self, job: str, limit: int) -> List[Record]:
         return self._all("latest", job=job, limit=limit)
@@ -187,7 +192,7 @@ class SQLiteStore(TableStore):
             if self._schema_ready:
                 return
             try:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = self._enable_wal(conn)
                 if str(mode).lower() != "wal":
                     raise StoreError(f"SQLite database {self.path!r} cannot use WAL mode (got {mode!r})")
                 conn.execute("BEGIN IMMEDIATE")
@@ -210,6 +215,19 @@ class SQLiteStore(TableStore):
             except sqlite3.Error as exc:
                 raise _store_error(exc, f"cannot create the schema in {self.path!r}") from exc
             self._schema_ready = True
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        # SQLite answers a switch to WAL that races another connection's
+        # (several processes opening a new file at once) with "database is
+        # locked" at once, without waiting on the busy timeout: retry within it.
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     # -- sections ----------------------------------------------------------------
 

@@ -48,11 +48,18 @@ SELECT * FROM {table} WHERE job = :job AND slot_ms = :slot_ms;
 -- Takes: job. Returns: the run of the job's newest slot, or no row.
 SELECT * FROM {table} WHERE job = :job ORDER BY slot_ms DESC LIMIT 1;
 
--- name: running_before
--- Takes: job, before_ms. Returns: running runs with an earlier slot, oldest first.
+-- name: live_before
+-- Takes: job, before_ms, now_ms. Returns: the newest running run with an
+-- earlier slot whose lease is alive, or no row (the overlap check).
 SELECT * FROM {table}
-WHERE job = :job AND status = 'running' AND slot_ms < :before_ms
-ORDER BY slot_ms;
+WHERE job = :job AND status = 'running' AND slot_ms < :before_ms AND lease_end_ms > :now_ms
+ORDER BY slot_ms DESC LIMIT 1;
+
+-- name: interrupt_expired
+-- Takes: job, before_ms, now_ms, why. Marks interrupted the running runs with
+-- an earlier slot whose lease ended: a newer run started first.
+UPDATE {table} SET status = 'interrupted', error = :why, finished_ms = :now_ms
+WHERE job = :job AND status = 'running' AND slot_ms < :before_ms AND lease_end_ms <= :now_ms;
 
 -- name: running
 -- Takes: job. Returns: running runs, oldest first.
