@@ -1,2 +1,98 @@
-def main():  # placeholder replaced by the CLI
-    raise SystemExit("leasecron CLI: not built yet")
+"""The ``leasecron`` command (also ``python -m leasecron``).
+
+========================================  ==================================================
+``leasecron demo [--seconds N]``          3 worker processes on one SQLite store: claims, a
+                                          crash and takeover, a hand-over, and a summary
+``leasecron runs URL [--job] [--limit]``  the stored runs, newest first (``--json``)
+``leasecron check URL``                   connectivity, schema, clock offset, round trip
+``leasecron run module:attr``             run a LeaseCron object until SIGTERM
+========================================  ==================================================
+
+Expected errors print one line on stderr: a bad option or URL
+(:class:`~leasecron.ConfigError`) exits with 2, a failed command with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from .. import __version__
+from ..errors import ConfigError, LeaseCronError
+from . import commands, demo
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``leasecron`` command."""
+    parser = argparse.ArgumentParser(
+        prog="leasecron",
+        description="leasecron: cron jobs in a cluster, each slot run exactly once, on one instance.",
+    )
+    parser.add_argument("--version", action="version", version=f"leasecron {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = sub.add_parser(
+        "demo",
+        help="watch 3 worker processes share a job: claims, a crash and takeover, a hand-over",
+        description="Run 3 real worker processes on one store with a job every 2 s; SIGKILL one runner"
+        " mid-job and SIGTERM another, and show that every slot still ran exactly once.",
+    )
+    demo.add_argument("--seconds", type=float, default=30.0, help="how long the demo runs (default: 30)")
+    demo.add_argument(
+        "--store", metavar="URL", help="a store URL the workers share (default: a temporary SQLite file)"
+    )
+
+    runs = sub.add_parser("runs", help="list the stored runs, newest first", description="List the stored runs.")
+    runs.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///leasecron.db")
+    runs.add_argument("--job", metavar="NAME", help="only this job (default: every job with stored runs)")
+    runs.add_argument("--limit", type=int, default=20, metavar="N", help="runs per job (default: 20)")
+    runs.add_argument("--json", action="store_true", help="print a JSON list of runs")
+
+    check = sub.add_parser(
+        "check",
+        help="check a store: connectivity, schema, clock offset, round-trip time",
+        description="Open the store, create its schema, and measure its clock offset and round trip.",
+    )
+    check.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///leasecron.db")
+
+    run = sub.add_parser(
+        "run",
+        help="run a LeaseCron object from an importable module until SIGTERM",
+        description="Import module:attr (the current directory is on sys.path), which must be a"
+        " leasecron.LeaseCron, and run it until SIGTERM or SIGINT (graceful stop: live runs are"
+        " handed over); a second signal stops at once.",
+    )
+    run.add_argument("target", metavar="module:attr", help="e.g. myapp.tasks:cron")
+    run.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="level of the leasecron log on stderr (default: INFO)",
+    )
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the ``leasecron`` command; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    handlers = {
+        "demo": demo.cmd_demo,
+        "runs": commands.cmd_runs,
+        "check": commands.cmd_check,
+        "run": commands.cmd_run,
+    }
+    try:
+        return handlers[args.command](args)
+    except ConfigError as exc:
+        print(f"leasecron {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (commands.CommandError, LeaseCronError) as exc:
+        print(f"leasecron {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"leasecron {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -56,6 +56,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--max-late-ms", type=int, default=30_000)
     p.add_argument("--overlap", default="skip", choices=["skip", "allow"])
     p.add_argument("--stop-timeout-ms", type=int, default=5_000)
+    p.add_argument("--history-size", type=int, default=100, help="finished runs the store keeps (default: 100)")
     p.add_argument("--ignore-abort", action="store_true", help="the handler ignores its signal")
     p.add_argument("--probe-finish", action="store_true", help="after lost, try a finish with the old token")
     return p.parse_args(argv)
@@ -75,6 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         max_late_ms=args.max_late_ms,
         overlap=args.overlap,
         stop_timeout_ms=args.stop_timeout_ms,
+        history_size=args.history_size,
     )
     runner = args.runner
 

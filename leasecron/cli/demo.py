@@ -1,0 +1,523 @@
+"""``leasecron demo``: real worker processes share one store and one job; watch each slot run once.
+
+Three ``python -m leasecron.cli.worker`` processes run the job ``demo`` every
+2 s. At about a third of the time the demo SIGKILLs the runner of a run in the
+middle of its handler (a backup takes the slot over as attempt 2 once the
+lease runs out); at about two thirds it SIGTERMs another runner mid-job (it
+hands the run over, and a backup runs it at once). Each victim is replaced by
+a new worker under a new name. At the end every worker is stopped, the stored
+runs are printed, and the demo checks, from the workers' own event logs and
+from the store, that every slot ran exactly once (exit 1 if not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from ..errors import ConfigError
+from ..runs import Run
+from ..stores import open_store
+from .commands import format_table
+
+__all__ = ["cmd_demo", "Demo"]
+
+JOB = "demo"
+EVERY_MS = 2_000
+WORK_S = 0.6
+LEASE_MS = 1_000
+HEARTBEAT_MS = 150
+JITTER_MS = 200
+WORKERS = 3
+#: The worker options. ``--overlap allow``: a takeover run starts up to lease +
+#: 2 x heartbeat after its slot and works 0.6 s, so it may still be running when
+#: the next slot is due; with ``skip`` that next slot would be skipped as an
+#: overlap, and the demo's claim is that *every* slot runs exactly once.
+WORKER_OPTIONS = [
+    "--job", JOB, "--every", f"{EVERY_MS / 1000:g}", "--work", f"{WORK_S:g}",
+    "--lease-ms", str(LEASE_MS), "--heartbeat-ms", str(HEARTBEAT_MS),
+    "--jitter-ms", str(JITTER_MS), "--overlap", "allow",
+]  # fmt: skip
+#: The SIGTERM comes this long after the victim's handler started: the other
+#: workers have sent their claims by then (jitter <= 200 ms) and are its backups,
+#: and 0.35 s of the handler's work remain for the stop to interrupt.
+TERM_DELAY_S = 0.25
+TAKEOVER_BOUND_MS = LEASE_MS + 2 * HEARTBEAT_MS
+HANDOVER_BOUND_MS = 2 * HEARTBEAT_MS
+HOLD_MS = 250  # lines wait this long so that lines from several processes print in time order
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def clock(ms: Optional[int]) -> str:
+    """``HH:MM:SS.mmm`` in local time."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S.") + f"{ms % 1000:03d}"
+
+
+@dataclass
+class Worker:
+    name: str
+    proc: "subprocess.Popen[str]"
+    stderr_path: str
+    fate: str = ""  # "" (serving), "killed", "terminated" or "stopping"
+    exited: bool = False
+
+
+@dataclass
+class Story:
+    """One act of the demo: a signal sent to the runner of ``slot_ms``, and what followed."""
+
+    slot_ms: int
+    victim: Worker
+    fire_at: float = 0.0  # monotonic time to send the signal
+    signal_ms: Optional[int] = None
+    wait_s: float = 0.0  # how long to wait for the takeover after the signal
+    deadline: float = 0.0
+    handover_ms: Optional[int] = None
+    takeover: Optional[Tuple[str, Dict[str, Any]]] = None  # (runner, its start event)
+    summary: str = ""  # the sentence the report prints once the takeover was seen
+
+
+@dataclass
+class Printer:
+    """Prints event lines in time order, each held back ``HOLD_MS`` for late arrivals."""
+
+    heap: List[Tuple[int, int, str]] = field(default_factory=list)
+    seq: "itertools.count[int]" = field(default_factory=itertools.count)
+
+    def add(self, t: int, who: str, slot_ms: Optional[int], text: str) -> None:
+        line = f"{clock(t)}  {who:<9}  {clock(slot_ms):<12}  {text}"
+        heapq.heappush(self.heap, (t, next(self.seq), line))
+
+    def flush(self, everything: bool = False) -> None:
+        limit = now_ms() - HOLD_MS
+        while self.heap and (everything or self.heap[0][0] <= limit):
+            print(heapq.heappop(self.heap)[2], flush=True)
+
+
+class Demo:
+    """The demo's processes, its story and its report."""
+
+    def __init__(self, seconds: float, store_url: Optional[str], workdir: str) -> None:
+        self.seconds = seconds
+        self.workdir = workdir
+        self.temporary = store_url is None
+        self.url = store_url or f"sqlite:///{os.path.join(workdir, 'demo.db')}"
+        self.out = Printer()
+        self.events: "queue.Queue[Tuple[Worker, Dict[str, Any]]]" = queue.Queue()
+        self.log: List[Tuple[str, Dict[str, Any]]] = []  # every worker event, in arrival order
+        self.workers: List[Worker] = []
+        self.active: Dict[Tuple[int, int], str] = {}  # (slot, attempt) -> runner, between start and end
+        self.succeeded: Set[int] = set()
+        self.phase = "kill-wait"
+        self.kill: Optional[Story] = None
+        self.term: Optional[Story] = None
+        self.notes: List[str] = []
+
+    # -- processes --------------------------------------------------------------------
+
+    def spawn(self) -> Worker:
+        name = f"worker-{len(self.workers) + 1}"
+        stderr_path = os.path.join(self.workdir, f"{name}.stderr")
+        env = dict(os.environ)
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        history = str(int(self.seconds * 1000 / EVERY_MS) + 100)  # keep every run of the demo
+        with open(stderr_path, "w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "leasecron.cli.worker", "--store", self.url, "--runner", name]
+                + WORKER_OPTIONS + ["--history-size", history],
+                stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1, env=env,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches the demo only; it stops them
+            )  # fmt: skip
+        worker = Worker(name, proc, stderr_path)
+        self.workers.append(worker)
+        threading.Thread(target=self._read, args=(worker,), name=f"demo-read-{name}", daemon=True).start()
+        return worker
+
+    def _read(self, worker: Worker) -> None:
+        assert worker.proc.stdout is not None
+        for line in worker.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = {"event": "output", "text": line.rstrip(), "t": now_ms()}
+            self.events.put((worker, event))
+        code = worker.proc.wait()
+        self.events.put((worker, {"event": "exit", "code": code, "t": now_ms()}))
+
+    def restart(self, victim: Worker) -> None:
+        new = self.spawn()
+        self.say(f"restarting {victim.name} as {new.name} (pid {new.proc.pid})")
+
+    def send(self, worker: Worker, signum: int, fate: str, slot_ms: Optional[int] = None) -> int:
+        worker.fate = fate
+        sent = now_ms()  # read before the signal: whatever the signal causes happens after it
+        try:
+            os.kill(worker.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+        if slot_ms is not None:
+            what = "it dies on the spot" if signum == signal.SIGKILL else "a graceful stop"
+            self.say(f"{signal.Signals(signum).name} {worker.name} (pid {worker.proc.pid}) mid-job: {what}",
+                     slot_ms, t=sent)  # fmt: skip
+        return sent
+
+    def alive(self) -> List[Worker]:
+        return [w for w in self.workers if not w.exited]
+
+    def say(self, text: str, slot_ms: Optional[int] = None, t: Optional[int] = None) -> None:
+        self.out.add(now_ms() if t is None else t, "demo", slot_ms, "=> " + text)
+
+    # -- the run ----------------------------------------------------------------------
+
+    def run(self) -> int:
+        start = time.monotonic()
+        self.launch_ms = now_ms()
+        self.kill_at = start + self.seconds / 3
+        self.term_at = start + 2 * self.seconds / 3
+        end_at = start + self.seconds
+        self.legend()
+        for _ in range(WORKERS):
+            self.spawn()
+        ending_deadline = None
+        while True:
+            self.pump(0.05)
+            mono = time.monotonic()
+            self.tick(mono)
+            if ending_deadline is None and mono >= end_at and self.phase in ("kill-wait", "term-wait", "done"):
+                self.give_up_waiting()
+                ending_deadline = mono + 2 * EVERY_MS / 1000 + 1
+            if ending_deadline is not None and self.quiet():
+                break
+            if ending_deadline is not None and mono >= ending_deadline:
+                self.notes.append("no quiet moment between runs came: the workers were stopped while a run was live")
+                break
+        self.say(f"time is up: SIGTERM to every worker ({', '.join(w.name for w in self.alive())})")
+        self.stop_all()
+        self.out.flush(everything=True)
+        return self.report()
+
+    def pump(self, wait_s: float) -> None:
+        try:
+            worker, event = self.events.get(timeout=wait_s)
+            while True:
+                self.on_event(worker, event)
+                worker, event = self.events.get_nowait()
+        except queue.Empty:
+            pass
+        self.out.flush()
+
+    def legend(self) -> None:
+        where = f"{self.url} (temporary, removed at the end)" if self.temporary else self.url
+        third, two_thirds = f"~{self.seconds / 3:.0f} s", f"~{2 * self.seconds / 3:.0f} s"
+        width = max(len(third), len(two_thirds), len(f"~{self.seconds:.0f} s"))
+        lines = [
+            f"leasecron demo: {WORKERS} worker processes share one store; job {JOB!r} is due every"
+            f" {EVERY_MS / 1000:g} s and works {WORK_S:g} s.",
+            "Every slot must run exactly once, on one worker, whatever happens to the workers.",
+            "",
+            f"  store     {where}",
+            f"  workers   python -m leasecron.cli.worker {' '.join(WORKER_OPTIONS)}",
+            f"  plan      {third:<{width}}  SIGKILL a runner mid-job: a backup takes the slot over as attempt 2 once"
+            f" the lease runs out",
+            f"            {'':<{width}}  (at most lease + 2 x heartbeat = {TAKEOVER_BOUND_MS} ms after the last"
+            " heartbeat)",
+            f"            {two_thirds:<{width}}  SIGTERM a runner mid-job: it hands the run over, a backup runs it"
+            f" within 2 x heartbeat = {HANDOVER_BOUND_MS} ms",
+            f"            {f'~{self.seconds:.0f} s':<{width}}  stop every worker, print the stored runs, check"
+            " that every slot ran exactly once",
+            "  legend    won attempt 1 (schedule)  this worker's claim of the slot won",
+            "            won attempt 2 (takeover)  a backup took over a run whose lease ran out or was released",
+            "            =>                        what the demo does; killed workers come back under new names",
+            "",
+            f"{'time':<12}  {'who':<9}  {'slot':<12}  what",
+            f"{'-' * 12}  {'-' * 9}  {'-' * 12}  {'-' * 40}",
+        ]
+        print("\n".join(lines), flush=True)
+
+    # -- events and the story -----------------------------------------------------------
+
+    def on_event(self, worker: Worker, ev: Dict[str, Any]) -> None:
+        kind = ev.get("event")
+        t, slot, attempt = ev.get("t") or now_ms(), ev.get("slot_ms"), ev.get("attempt")
+        if kind != "exit":
+            self.log.append((worker.name, ev))
+        if kind == "start":
+            self.active[(slot, attempt)] = worker.name
+        elif kind in ("success", "failed", "handover", "lost"):
+            self.active.pop((slot, attempt), None)
+            if kind == "success":
+                self.succeeded.add(slot)
+        elif kind == "exit":
+            worker.exited = True
+            self.active = {k: v for k, v in self.active.items() if v != worker.name}
+        text = self.describe(worker, ev)
+        if text:
+            self.out.add(t, worker.name, slot, text)
+        self.advance(worker, kind, ev, t, slot, attempt or 0)
+
+    def describe(self, worker: Worker, ev: Dict[str, Any]) -> Optional[str]:
+        kind, attempt = ev.get("event"), ev.get("attempt")
+        if kind == "exit":
+            code = ev["code"]
+            if code < 0:
+                if worker.fate != "killed":
+                    self.notes.append(f"{worker.name} was ended by {signal.Signals(-code).name}")
+                return f"process ended by {signal.Signals(-code).name}"
+            if code != 0 or worker.fate not in ("terminated", "stopping"):
+                self.notes.append(f"{worker.name} exited on its own (code {code})")
+                return f"process exited with code {code}" + self.stderr_tail(worker)
+            return None
+        texts = {
+            "ready": f"ready (pid {ev.get('pid')})",
+            "start": f"won attempt {attempt} ({ev.get('reason')})",
+            "success": f"success (attempt {attempt})",
+            "failed": f"FAILED (attempt {attempt}): {ev.get('error')}",
+            "skip": f"skipped the slot ({ev.get('reason')})",
+            "lost": f"lost its lease (attempt {attempt}): {ev.get('error')}",
+            "handover": f"handed the run over (attempt {attempt} released)",
+            "aborted": f"handler aborted (signal reason: {ev.get('reason')})",
+            "error": f"error: {ev.get('error')}",
+            "stopped": "stopped",
+            "output": f"said: {ev.get('text')}",
+        }
+        return texts.get(str(kind))
+
+    def stderr_tail(self, worker: Worker) -> str:
+        try:
+            with open(worker.stderr_path) as f:
+                tail = f.read().strip().splitlines()[-5:]
+        except OSError:
+            return ""
+        return "".join(f"\n{'':<41}| {line}" for line in tail)
+
+    def advance(self, worker: Worker, kind: Any, ev: Dict[str, Any], t: int, slot: Any, attempt: int) -> None:
+        """Move the story on: pick a victim, then follow its slot to attempt 2."""
+        mono = time.monotonic()
+        serving = worker.fate == "" and not worker.exited
+        if kind == "handler-start" and attempt == 1 and serving:
+            if self.phase == "kill-wait" and mono >= self.kill_at:
+                wait_s = TAKEOVER_BOUND_MS / 1000 + 3
+                self.kill = Story(slot, worker, wait_s=wait_s, deadline=mono + wait_s)
+                self.kill.signal_ms = self.send(worker, signal.SIGKILL, "killed", slot)
+                self.phase = "kill-watch"
+            elif self.phase == "term-wait" and mono >= self.term_at:
+                self.term = Story(slot, worker, fire_at=mono + TERM_DELAY_S, wait_s=5.0)
+                self.phase = "term-pending"
+        story = self.kill if self.phase == "kill-watch" else self.term if self.phase == "term-watch" else None
+        if story is None or slot != story.slot_ms:
+            return
+        if kind == "success" and worker is story.victim:  # the handler ended before the signal landed
+            self.say("its run had already finished when the signal landed: trying again on a later slot", slot)
+            self.restart(story.victim)
+            if story is self.kill:
+                self.kill, self.phase = None, "kill-wait"
+            else:
+                self.term, self.phase = None, "term-wait"
+            return
+        if kind == "handover" and worker is story.victim:
+            story.handover_ms = t
+        if kind == "start" and attempt >= 2:
+            story.takeover = (worker.name, ev)
+        if story.takeover is not None and (story is self.kill or story.handover_ms is not None):
+            self.conclude(story)
+
+    def conclude(self, story: Story) -> None:
+        """The takeover of the story's slot was seen: say how long it took, against the bound."""
+        assert story.takeover is not None and story.signal_ms is not None
+        runner, ev = story.takeover
+        victim, signalled, slot = story.victim.name, clock(story.signal_ms), clock(story.slot_ms)
+        if story is self.kill:
+            delay, bound, after = ev["t"] - story.signal_ms, TAKEOVER_BOUND_MS, "the kill"
+            rule = f"lease + 2 x heartbeat = {bound} ms after the last heartbeat"
+            story.summary = (
+                f"Crash:     {victim} was SIGKILLed mid-job at {signalled} (slot {slot}); {runner} took the slot"
+                f" over as attempt {ev['attempt']} {delay} ms later (bound: {rule})."
+            )
+            self.phase = "term-wait"
+        else:
+            # Measured from the SIGTERM, not from the victim's handover line: both ends are then
+            # read in order on one clock, and the delay can only be overestimated, never negative.
+            assert story.handover_ms is not None
+            delay, bound, after = ev["t"] - story.signal_ms, HANDOVER_BOUND_MS, "the SIGTERM"
+            rule = f"2 x heartbeat = {bound} ms after the release"
+            story.summary = (
+                f"Hand-over: {victim} was SIGTERMed mid-job at {signalled} (slot {slot}) and handed the run over"
+                f" ({story.handover_ms - story.signal_ms} ms later by its own clock); {runner} ran it as attempt"
+                f" {ev['attempt']} {delay} ms after the SIGTERM (bound: {rule})."
+            )
+            self.phase = "done"
+        verdict = "within" if delay <= bound else "OVER"
+        self.say(f"{runner} took over {delay} ms after {after}: {verdict} the bound ({rule})", story.slot_ms, t=ev["t"])
+        self.restart(story.victim)
+
+    def tick(self, mono: float) -> None:
+        if self.phase == "term-pending" and self.term is not None and mono >= self.term.fire_at:
+            story = self.term
+            if story.victim.exited or story.slot_ms in self.succeeded:
+                self.phase = "term-wait"  # too late for this one: the next slot
+                return
+            story.signal_ms = self.send(story.victim, signal.SIGTERM, "terminated", story.slot_ms)
+            story.deadline = mono + story.wait_s
+            self.phase = "term-watch"
+        story = self.kill if self.phase == "kill-watch" else self.term if self.phase == "term-watch" else None
+        if story is not None and mono >= story.deadline:
+            what = "no takeover" if story is self.kill else "no hand-over and takeover"
+            self.say(f"{what} of this slot seen within {story.wait_s:.1f} s", story.slot_ms)
+            self.notes.append(f"{what} was seen after the {'kill' if story is self.kill else 'SIGTERM'}")
+            self.restart(story.victim)
+            self.phase = "term-wait" if story is self.kill else "done"
+
+    def give_up_waiting(self) -> None:
+        if self.phase == "kill-wait":
+            self.notes.append(f"the kill and takeover could not be shown: {self.seconds:g} s was too short")
+        if self.phase in ("kill-wait", "term-wait"):
+            self.notes.append(f"the hand-over could not be shown: {self.seconds:g} s was too short")
+        self.phase = "ending"
+
+    def quiet(self) -> bool:
+        """No run in progress, this slot's run succeeded, and the next slot is not close."""
+        wall = now_ms()
+        into = wall % EVERY_MS
+        current = wall - into
+        first = min((s for _, e in self.log if (s := e.get("slot_ms")) is not None), default=None)
+        done = first is None or current < first or current in self.succeeded
+        return not self.active and done and 300 <= into <= EVERY_MS - 700
+
+    def stop_all(self) -> None:
+        for worker in self.alive():
+            if worker.fate == "":  # a victim of the story got its signal already
+                self.send(worker, signal.SIGTERM, "stopping")
+        deadline = time.monotonic() + 15
+        while self.alive() and time.monotonic() < deadline:
+            self.pump(0.05)
+        for worker in self.alive():
+            self.notes.append(f"{worker.name} did not stop within 15 s of SIGTERM: killed")
+            worker.proc.kill()
+        while self.alive():
+            self.pump(0.05)
+
+    # -- the report -------------------------------------------------------------------------
+
+    def report(self) -> int:
+        store = open_store(self.url)
+        try:
+            stored = {r.slot_ms: r for r in store.runs(JOB, limit=1_000_000) if r.slot_ms >= self.launch_ms}
+        finally:
+            store.close()
+        marks = {}
+        if self.kill is not None and self.kill.signal_ms is not None:
+            marks[self.kill.slot_ms] = f"<- {self.kill.victim.name} SIGKILLed mid-job"
+        if self.term is not None and self.term.signal_ms is not None:
+            marks[self.term.slot_ms] = f"<- {self.term.victim.name} SIGTERMed mid-job"
+        print(f"\nStored runs of job {JOB!r}, read from the store after every worker stopped:")
+        rows = [
+            [clock(r.slot_ms), str(r.attempt), r.runner, r.status, r.reason, "yes" if r.handed_over else "no",
+             marks.get(r.slot_ms, "")]
+            for r in sorted(stored.values(), key=lambda r: r.slot_ms)
+        ]  # fmt: skip
+        headers = ["slot", "attempt", "runner", "status", "reason", "handed over", "what happened"]
+        for line in format_table(headers, rows, align="lr"):
+            print("  " + line)
+        print()
+        for story in (self.kill, self.term):
+            if story is not None and story.summary:
+                print(story.summary)
+        for note in self.notes:
+            print(f"Note:      {note}")
+        return self.verdict(stored)
+
+    def verdict(self, stored: Dict[int, Run]) -> int:
+        """Every slot from the first to the last seen: one success event in all logs, stored as success."""
+        seen = {e["slot_ms"] for _, e in self.log if e.get("job") == JOB and e.get("slot_ms") is not None}
+        seen |= set(stored)
+        if not seen:
+            print(f"No slot came due in {self.seconds:g} s: nothing ran, nothing to check (try --seconds 30).")
+            return 0
+        first, last = min(seen), max(seen)
+        slots = sorted(set(range(first, last + 1, EVERY_MS)) | seen)
+        problems = []
+        for slot in slots:
+            wins = [(w, e) for w, e in self.log if e.get("slot_ms") == slot and e.get("event") == "success"]
+            ends = [e for _, e in self.log if e.get("slot_ms") == slot and e.get("event") == "handler-end"]
+            run = stored.get(slot)
+            why = []
+            if len(wins) != 1:
+                why.append(f"{len(wins)} success events")
+            if len(ends) > 1:
+                why.append(f"the handler completed {len(ends)} times")
+            if run is None:
+                why.append("no stored run")
+            elif run.status != "success":
+                why.append(f"stored as {run.status} (attempt {run.attempt}, {run.runner})")
+            elif len(wins) == 1 and (wins[0][0], wins[0][1].get("attempt")) != (run.runner, run.attempt):
+                why.append(f"stored success is {run.runner} attempt {run.attempt}, not the logged {wins[0][0]}")
+            if why:
+                problems.append(f"{clock(slot)} ({'; '.join(why)})")
+        span = f"{len(slots)} slots from {clock(first)} to {clock(last)}"
+        if problems:
+            print(f"FAILED: not every slot ran exactly once: {len(problems)} of {span} did not:")
+            for problem in problems:
+                print(f"  {problem}")
+            return 1
+        print(
+            f"OK: every slot ran exactly once: {span}, each with exactly one success event across the"
+            " workers' logs and stored as success."
+        )
+        return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``leasecron demo [--seconds N] [--store URL]``."""
+    if not args.seconds > 0:
+        raise ConfigError(f"--seconds must be positive, not {args.seconds:g}")
+    if args.store is not None:
+        if args.store.lower().startswith("memory:"):
+            raise ConfigError("the demo's workers are separate processes: memory:// cannot be shared; use sqlite://")
+        check = open_store(args.store)  # a bad URL fails here, before any process starts
+        try:
+            check.get_run(JOB, 0)
+        finally:
+            check.close()
+    workdir = tempfile.mkdtemp(prefix="leasecron-demo-")
+    demo = Demo(args.seconds, args.store, workdir)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: clean up like Ctrl-C
+    try:
+        return demo.run()
+    except KeyboardInterrupt:
+        demo.out.flush(everything=True)
+        raise
+    finally:
+        for worker in demo.alive():
+            if worker.proc.poll() is None:
+                worker.proc.terminate()
+        for worker in demo.workers:
+            try:
+                worker.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                worker.proc.kill()
+                worker.proc.wait()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(workdir, ignore_errors=True)
