@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .errors import ConfigError
 from .schedules import time_zone
-from .stores.base import OVERLAP_MODES
+from .stores.base import MAX_INT, OVERLAP_MODES
 
 __all__ = ["JobOptions", "DEFAULTS", "OPTION_NAMES", "resolve_options", "check_option"]
 
@@ -78,6 +78,8 @@ def check_option(name: str, value: Any, job: Optional[str] = None) -> None:
         if value < minimum:
             kind = "negative" if value < 0 else "too small"
             raise ConfigError(f"{where}: {name} must be >= {minimum}, not {value!r} ({kind})")
+        if value > MAX_INT:
+            raise ConfigError(f"{where}: {name} must be at most 2**50, not {value!r}")
     elif name == "overlap":
         if value not in OVERLAP_MODES:
             raise ConfigError(f"{where}: overlap must be 'skip' or 'allow', not {value!r}")

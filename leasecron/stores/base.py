@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..runs import FINISH_STATUSES, REASONS, SCHEDULE, Claim, Run
 
 __all__ = [
+    "MAX_INT",
     "Store",
     "OVERLAP_MODES",
     "validate_claim_args",
@@ -159,14 +160,20 @@ def _require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+#: The largest time or count a store accepts (2**50 ms is some 35 000 years):
+#: every backend can add two of them exactly, Lua's doubles included.
+MAX_INT = 2**50
+
+
 def _check_name(job: object) -> None:
     _require(isinstance(job, str) and job != "", f"job name must be a non-empty string, not {job!r}")
+    _require("\x00" not in job, f"job name must not contain a NUL character: {job!r}")
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
     _require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-        f"{name} must be an integer >= {minimum}, not {value!r}",
+        isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_INT,
+        f"{name} must be an integer from {minimum} to 2**50, not {value!r}",
     )
 
 

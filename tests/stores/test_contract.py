@@ -13,6 +13,7 @@ shortened afterwards with a heartbeat of 1 ms where the test needs it dead.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, List, Optional
 
@@ -351,6 +352,66 @@ def test_expired_run_with_a_newer_finished_run_is_interrupted_by_takeover(store:
     assert stored(store, JOB, s1).status == "interrupted"
 
 
+# -- the lease boundary: alive exactly while the store's clock is before lease_end ----------------
+
+
+def _poll_until_expired(store: Store, lease_end_ms: int, attempt: Any) -> List[str]:
+    """Call ``attempt()`` until the store's clock passes ``lease_end_ms``; classify each answer.
+
+    Returns the outcomes seen while the lease was certainly alive (the call
+    ended before ``lease_end_ms``) and, last, the first outcome seen once it
+    had certainly run out (the call started after ``lease_end_ms``).
+    """
+    alive: List[str] = []
+    while True:
+        before = store.now_ms()
+        outcome = attempt()
+        after = store.now_ms()
+        if after < lease_end_ms:
+            alive.append(outcome)
+        elif before > lease_end_ms:
+            return alive + [outcome]
+        elif outcome == "won":  # decided somewhere around lease_end: legitimately either
+            return alive + [outcome]
+        time.sleep(0.005)
+
+
+def test_lease_is_alive_until_its_end_then_a_takeover_wins(store: Store) -> None:
+    """A takeover claim is told running while now < lease_end, and wins once now > lease_end."""
+    slot = recent(store)
+    run = win(store, slot, lease_ms=LONG)
+    assert store.heartbeat(JOB, slot, run.token, 400)
+    lease_end = stored(store, JOB, slot).lease_end_ms
+
+    def takeover() -> str:
+        return store.claim(JOB, slot, runner="backup", reason="takeover", lease_ms=LONG).outcome
+
+    seen = _poll_until_expired(store, lease_end, takeover)
+    assert seen[-1] == "won"
+    assert seen[:-1] and set(seen[:-1]) == {"running"}, seen
+    assert stored(store, JOB, slot).attempt == 2
+
+
+def test_overlap_lasts_until_the_earlier_lease_ends_then_the_new_slot_wins(store: Store) -> None:
+    """A new slot is an overlap while the earlier run's lease is alive, and wins once it ran out."""
+    s1 = recent(store, 2_000)
+    run = win(store, s1, lease_ms=LONG)
+    assert store.heartbeat(JOB, s1, run.token, 400)
+    lease_end = stored(store, JOB, s1).lease_end_ms
+    s2 = s1 + 1_000
+
+    def new_claim() -> str:
+        outcome = store.claim(JOB, s2, runner="next", lease_ms=LONG).outcome
+        if outcome == "overlap":
+            assert store.get_run(JOB, s2) is None
+        return outcome
+
+    seen = _poll_until_expired(store, lease_end, new_claim)
+    assert seen[-1] == "won"
+    assert seen[:-1] and set(seen[:-1]) == {"overlap"}, seen
+    assert stored(store, JOB, s1).status == "interrupted"
+
+
 # -- rule 3: takeover, attempts and max_attempts ------------------------------------
 
 
@@ -631,6 +692,8 @@ def test_release_ends_the_lease_now_and_hands_over(store: Store) -> None:
     assert result.run.runner == "backup"
     assert result.run.handed_over is True
     assert result.run.token not in (run.token, "")
+    # The new attempt's lease is not released: its runner renews it.
+    assert store.heartbeat(JOB, slot, result.run.token, LONG) is True
 
 
 def test_second_release_is_refused(store: Store) -> None:

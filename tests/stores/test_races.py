@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import multiprocessing
 import queue as queue_module
+import sys
 import threading
+import time
 from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
@@ -39,10 +41,18 @@ def _race(claimants: List[Callable[[], Claim]]) -> List[Claim]:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(claimants))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    # Switch threads as often as the interpreter can, so that in-process stores
+    # (memory) are raced inside their atomic sections too, not only around them.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+    finally:
+        sys.setswitchinterval(interval)
     assert not any(t.is_alive() for t in threads), "a claimant thread hung"
     assert not errors, errors
     assert all(r is not None for r in results)
@@ -152,7 +162,7 @@ def claim_in_process(
         store = leasecron.open_store(url)
         try:
             store.get_run(job, slot_ms)  # connect (and check the schema) before the race
-            barrier.wait(timeout=30)
+            barrier.wait(timeout=20)
             result = store.claim(job, slot_ms, runner=runner, reason=reason, lease_ms=LONG)
             run = result.run
             results.put((runner, result.outcome, run.token if run else None, run.attempt if run else None))
@@ -179,7 +189,7 @@ def _race_processes(url: str, slot_ms: int, reason: str) -> List[Tuple[str, str,
     collected = []
     try:
         for _ in procs:
-            collected.append(results.get(timeout=40))
+            collected.append(results.get(timeout=30))
     except queue_module.Empty:
         pytest.fail(f"only {len(collected)} of {PROCESSES} processes reported: {collected}")
     finally:

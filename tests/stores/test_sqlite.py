@@ -1,0 +1,353 @@
+"""SQLiteStore specifics: the file, the schema, the URL and the write lock.
+
+The lease rules themselves are proved for SQLite by the shared conformance
+suite (``test_contract.py``, ``test_races.py``); this module checks what only
+the embedded store has.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+from urllib.parse import quote
+
+import pytest
+
+import leasecron
+from leasecron import SQLiteStore
+
+JOB = "job"
+
+
+def _url(path: Path, **options: str) -> str:
+    query = "&".join(f"{k}={quote(v)}" for k, v in options.items())
+    return f"sqlite:///{path}" + (f"?{query}" if query else "")
+
+
+def _win(store: leasecron.Store, job: str = JOB, ago_ms: int = 1_000) -> leasecron.Run:
+    slot = store.now_ms() - ago_ms
+    result = store.claim(job, slot, runner="r1")
+    assert result.won and result.run is not None, result
+    return result.run
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "leasecron.db"
+
+
+def test_database_uses_wal_journal(db: Path) -> None:
+    """The store puts its database file in WAL mode."""
+    with leasecron.open_store(_url(db)) as store:
+        _win(store)
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+    finally:
+        conn.close()
+
+
+def test_schema_is_stamped_with_version_1(db: Path) -> None:
+    """The schema is stamped with version 1 in <table>_meta."""
+    with leasecron.open_store(_url(db, table="myruns")) as store:
+        _win(store)
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT key, value FROM myruns_meta").fetchall()
+    finally:
+        conn.close()
+    assert rows == [("schema_version", "1")]
+
+
+def test_newer_schema_version_raises_store_error(db: Path) -> None:
+    """A table stamped with a newer schema version makes the store raise StoreError saying to upgrade."""
+    with leasecron.open_store(_url(db)) as store:
+        run = _win(store)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE leasecron_runs_meta SET value = '2' WHERE key = 'schema_version'")
+    conn.close()
+
+    with leasecron.open_store(_url(db)) as store:
+        with pytest.raises(leasecron.StoreError, match="upgrad") as info:
+            store.claim(JOB, store.now_ms() - 1_000, runner="r2")
+        assert "2" in str(info.value)
+        with pytest.raises(leasecron.StoreError, match="upgrad"):
+            store.get_run(JOB, run.slot_ms)
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM leasecron_runs").fetchone()[0] == 1
+        assert conn.execute("SELECT value FROM leasecron_runs_meta").fetchone()[0] == "2"
+    finally:
+        conn.close()
+
+
+def test_store_holds_plain_text_and_integers(db: Path) -> None:
+    """Every stored value is plain text, an integer or NULL: nothing is pickled."""
+    with leasecron.open_store(_url(db)) as store:
+        run = _win(store)
+        assert store.finish(JOB, run.slot_ms, run.token, "failed", error="boom")
+    conn = sqlite3.connect(db)
+    try:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(leasecron_runs)")]
+        types = conn.execute(
+            "SELECT " + ", ".join(f"typeof({c})" for c in columns) + " FROM leasecron_runs"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert set(types) <= {"text", "integer", "null"}, dict(zip(columns, types))
+
+
+def test_two_tables_in_one_file_are_independent(db: Path) -> None:
+    """Stores on two tables of one file keep separate runs."""
+    a = leasecron.open_store(_url(db, table="app_a"))
+    b = leasecron.open_store(_url(db, table="app_b"))
+    try:
+        slot = a.now_ms() - 1_000
+        run_a = a.claim(JOB, slot, runner="a", lease_ms=30_000).run
+        claim_b = b.claim(JOB, slot, runner="b", lease_ms=30_000)
+        assert claim_b.won and claim_b.run is not None and run_a is not None
+        assert claim_b.run.token != run_a.token
+        assert a.finish(JOB, slot, run_a.token, "success")
+        assert b.finish(JOB, slot, run_a.token, "success") is False
+        assert b.get_run(JOB, slot) == claim_b.run
+        b.claim("only-b", slot, runner="b")
+        assert a.jobs() == [JOB]
+        assert b.jobs() == [JOB, "only-b"]
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("table", ["x; drop", "1abc", "a-b", "", "x" * 49, "runs table", "ü"])
+def test_bad_table_name_raises_config_error(db: Path, table: str) -> None:
+    """A table name that is not a plain identifier raises ConfigError, in the URL or the constructor."""
+    with pytest.raises(leasecron.ConfigError, match="table"):
+        leasecron.open_store(_url(db, table=table))
+    with pytest.raises(leasecron.ConfigError, match="table"):
+        SQLiteStore(str(db), table=table)
+    assert not db.exists()
+
+
+def test_relative_url_opens_a_file_relative_to_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite:///relative.db opens relative.db in the current directory."""
+    monkeypatch.chdir(tmp_path)
+    with leasecron.open_store("sqlite:///relative.db") as store:
+        assert isinstance(store, SQLiteStore)
+        run = _win(store)
+    assert (tmp_path / "relative.db").is_file()
+    with leasecron.open_store(f"sqlite:///{tmp_path}/relative.db") as same:  # the same file, by absolute path
+        assert same.get_run(JOB, run.slot_ms) == run
+
+
+def test_absolute_url_opens_the_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite:////abs/path.db opens /abs/path.db whatever the current directory."""
+    target = tmp_path / "abs" / "path.db"
+    target.parent.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    url = "sqlite:////" + str(target).lstrip("/")
+    assert url.startswith("sqlite:////")
+    with leasecron.open_store(url) as store:
+        run = _win(store)
+    assert target.is_file()
+    assert list(elsewhere.iterdir()) == []
+    with SQLiteStore(str(target)) as same:
+        assert same.get_run(JOB, run.slot_ms) == run
+
+
+def test_url_options_are_applied(db: Path) -> None:
+    """The URL's table and busy_timeout_ms options are used."""
+    store = leasecron.open_store(_url(db, table="custom", busy_timeout_ms="250"))
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert store.table == "custom" and store.busy_timeout_ms == 250
+        _win(store)
+    finally:
+        store.close()
+    conn = sqlite3.connect(db)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+    assert {"custom", "custom_meta"} <= names
+
+
+@pytest.mark.parametrize(
+    "suffix",
+    ["?tabel=x", "?busy_timeout=5", "?table=x&mode=ro", "?busy_timeout_ms=soon"],
+)
+def test_unknown_or_bad_url_option_raises_config_error(db: Path, suffix: str) -> None:
+    """An unknown option (or a busy_timeout_ms that is not an integer) in a SQLite URL raises ConfigError."""
+    with pytest.raises(leasecron.ConfigError):
+        leasecron.open_store(f"sqlite:///{db}{suffix}")
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite://host/x.db"])
+def test_url_without_a_file_raises_config_error(url: str) -> None:
+    """A SQLite URL that names no file, or names a host, raises ConfigError."""
+    with pytest.raises(leasecron.ConfigError):
+        leasecron.open_store(url)
+
+
+def test_closed_store_raises_store_error(db: Path) -> None:
+    """A closed store refuses further operations with StoreError; the data stays in the file."""
+    with leasecron.open_store(_url(db)) as store:
+        run = _win(store)
+    with pytest.raises(leasecron.StoreError):
+        store.claim(JOB, run.slot_ms, runner="r2")
+    with pytest.raises(leasecron.StoreError):
+        store.get_run(JOB, run.slot_ms)
+    with leasecron.open_store(_url(db)) as again:
+        assert again.get_run(JOB, run.slot_ms) == run
+
+
+def test_driver_errors_are_raised_as_store_error(db: Path) -> None:
+    """A SQLite failure inside an operation is raised as StoreError, from the driver's own exception."""
+    store = leasecron.open_store(_url(db))
+    try:
+        run = _win(store)
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("DROP TABLE leasecron_runs")
+        conn.close()
+        calls = [
+            lambda: store.claim(JOB, run.slot_ms, runner="r2"),
+            lambda: store.heartbeat(JOB, run.slot_ms, run.token, 1_000),
+            lambda: store.finish(JOB, run.slot_ms, run.token, "success"),
+            lambda: store.release(JOB, run.slot_ms, run.token),
+            lambda: store.get_run(JOB, run.slot_ms),
+            lambda: store.unfinished(JOB),
+            lambda: store.runs(JOB),
+            lambda: store.jobs(),
+        ]
+        for call in calls:
+            with pytest.raises(leasecron.StoreError) as info:
+                call()
+            assert not isinstance(info.value, leasecron.StoreUnavailable)
+            assert isinstance(info.value.__cause__, sqlite3.Error)
+    finally:
+        store.close()
+
+
+# -- the write lock ---------------------------------------------------------------------------------
+
+
+class _Locker:
+    """Another connection (as another process would) holding the file's write lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        self.conn.execute("ROLLBACK")
+        self.conn.close()
+
+
+def test_busy_write_lock_raises_store_unavailable(db: Path) -> None:
+    """A store whose busy timeout runs out while another connection holds the write lock raises StoreUnavailable."""
+    store = leasecron.open_store(_url(db, busy_timeout_ms="100"))
+    try:
+        slot = store.now_ms() - 1_000
+        assert store.get_run(JOB, slot) is None  # schema created before the lock is taken
+        locker = _Locker(db)
+        try:
+            started = time.monotonic()
+            with pytest.raises(leasecron.StoreUnavailable) as info:
+                store.claim(JOB, slot, runner="r1")
+            assert time.monotonic() - started < 5
+            assert isinstance(info.value, leasecron.StoreError)
+            assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+            # Readers are not blocked by the writer (WAL).
+            assert store.get_run(JOB, slot) is None
+        finally:
+            locker.release()
+        assert store.get_run(JOB, slot) is None  # the failed claim stored nothing
+        assert store.claim(JOB, slot, runner="r1").won
+    finally:
+        store.close()
+
+
+def test_claim_waits_for_the_write_lock_within_busy_timeout(db: Path) -> None:
+    """With a longer busy timeout, a claim waits while another connection holds the write lock, then succeeds."""
+    store = leasecron.open_store(_url(db, busy_timeout_ms="10000"))
+    try:
+        slot = store.now_ms() - 1_000
+        assert store.get_run(JOB, slot) is None
+        locker = _Locker(db)
+        done = threading.Event()
+        outcome: List[Any] = []
+
+        def claim() -> None:
+            try:
+                outcome.append(store.claim(JOB, slot, runner="waiter"))
+            except BaseException as exc:
+                outcome.append(exc)
+            outcome.append(time.monotonic())
+            done.set()
+
+        thread = threading.Thread(target=claim, daemon=True)
+        thread.start()
+        held = done.wait(0.3)  # the lock is held for 0.3 s: the claim must not finish meanwhile
+        released_at = time.monotonic()
+        locker.release()
+        assert not held, outcome
+        assert done.wait(10)
+        thread.join(timeout=10)
+        result, finished_at = outcome
+        assert isinstance(result, leasecron.Claim), result
+        assert result.won and result.run is not None and result.run.runner == "waiter"
+        assert finished_at >= released_at
+        assert store.get_run(JOB, slot) == result.run
+    finally:
+        store.close()
+
+
+# -- several processes on a fresh file ----------------------------------------------------------------
+
+
+def open_and_claim(url: str, slot_ms: int, runner: str, barrier: Any, results: Any) -> None:
+    """Child process: open a store on a file nobody has opened yet, at the same moment as others, and claim."""
+    try:
+        barrier.wait(timeout=20)
+        with leasecron.open_store(url) as store:
+            result = store.claim(JOB, slot_ms, runner=runner, lease_ms=30_000)
+            results.put((runner, result.outcome, None))
+    except BaseException as exc:
+        results.put((runner, "error", repr(exc)))
+
+
+@pytest.mark.processes
+def test_processes_opening_a_fresh_file_at_once_agree(tmp_path: Path) -> None:
+    """4 processes opening a new database file at the same moment all create the schema safely; one claim wins."""
+    url = _url(tmp_path / "fresh.db")
+    slot = int(time.time() * 1000) - 1_000
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=open_and_claim, args=(url, slot, f"p{i}", barrier, results), daemon=True)
+        for i in range(4)
+    ]
+    for p in procs:
+        p.start()
+    collected: List[Any] = []
+    try:
+        for _ in procs:
+            collected.append(results.get(timeout=30))
+    except queue_module.Empty:
+        pytest.fail(f"only {len(collected)} of 4 processes reported: {collected}")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    assert sorted(c[1] for c in collected) == ["running", "running", "running", "won"], collected
+    with leasecron.open_store(url) as store:
+        run: Optional[leasecron.Run] = store.get_run(JOB, slot)
+        assert run is not None and run.runner == next(c[0] for c in collected if c[1] == "won")
