@@ -26,18 +26,14 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConfigError
-from ..runs import Run
 from ..stores import open_store
-from .commands import format_table
+from .demo_report import EVERY_MS, JOB, clock, report
 
 __all__ = ["cmd_demo", "Demo"]
 
-JOB = "demo"
-EVERY_MS = 2_000
 WORK_S = 0.6
 LEASE_MS = 1_000
 HEARTBEAT_MS = 150
@@ -63,13 +59,6 @@ HOLD_MS = 250  # lines wait this long so that lines from several processes print
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def clock(ms: Optional[int]) -> str:
-    """``HH:MM:SS.mmm`` in local time."""
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S.") + f"{ms % 1000:03d}"
 
 
 @dataclass
@@ -214,7 +203,7 @@ class Demo:
         self.say(f"time is up: SIGTERM to every worker ({', '.join(w.name for w in self.alive())})")
         self.stop_all()
         self.out.flush(everything=True)
-        return self.report()
+        return report(self)
 
     def pump(self, wait_s: float) -> None:
         try:
@@ -415,76 +404,6 @@ class Demo:
             worker.proc.kill()
         while self.alive():
             self.pump(0.05)
-
-    # -- the report -------------------------------------------------------------------------
-
-    def report(self) -> int:
-        store = open_store(self.url)
-        try:
-            stored = {r.slot_ms: r for r in store.runs(JOB, limit=1_000_000) if r.slot_ms >= self.launch_ms}
-        finally:
-            store.close()
-        marks = {}
-        if self.kill is not None and self.kill.signal_ms is not None:
-            marks[self.kill.slot_ms] = f"<- {self.kill.victim.name} SIGKILLed mid-job"
-        if self.term is not None and self.term.signal_ms is not None:
-            marks[self.term.slot_ms] = f"<- {self.term.victim.name} SIGTERMed mid-job"
-        print(f"\nStored runs of job {JOB!r}, read from the store after every worker stopped:")
-        rows = [
-            [clock(r.slot_ms), str(r.attempt), r.runner, r.status, r.reason, "yes" if r.handed_over else "no",
-             marks.get(r.slot_ms, "")]
-            for r in sorted(stored.values(), key=lambda r: r.slot_ms)
-        ]  # fmt: skip
-        headers = ["slot", "attempt", "runner", "status", "reason", "handed over", "what happened"]
-        for line in format_table(headers, rows, align="lr"):
-            print("  " + line)
-        print()
-        for story in (self.kill, self.term):
-            if story is not None and story.summary:
-                print(story.summary)
-        for note in self.notes:
-            print(f"Note:      {note}")
-        return self.verdict(stored)
-
-    def verdict(self, stored: Dict[int, Run]) -> int:
-        """Every slot from the first to the last seen: one success event in all logs, stored as success."""
-        seen = {e["slot_ms"] for _, e in self.log if e.get("job") == JOB and e.get("slot_ms") is not None}
-        seen |= set(stored)
-        if not seen:
-            print(f"No slot came due in {self.seconds:g} s: nothing ran, nothing to check (try --seconds 30).")
-            return 0
-        first, last = min(seen), max(seen)
-        slots = sorted(set(range(first, last + 1, EVERY_MS)) | seen)
-        problems = []
-        for slot in slots:
-            wins = [(w, e) for w, e in self.log if e.get("slot_ms") == slot and e.get("event") == "success"]
-            ends = [e for _, e in self.log if e.get("slot_ms") == slot and e.get("event") == "handler-end"]
-            run = stored.get(slot)
-            why = []
-            if len(wins) != 1:
-                why.append(f"{len(wins)} success events")
-            if len(ends) > 1:
-                why.append(f"the handler completed {len(ends)} times")
-            if run is None:
-                why.append("no stored run")
-            elif run.status != "success":
-                why.append(f"stored as {run.status} (attempt {run.attempt}, {run.runner})")
-            elif len(wins) == 1 and (wins[0][0], wins[0][1].get("attempt")) != (run.runner, run.attempt):
-                why.append(f"stored success is {run.runner} attempt {run.attempt}, not the logged {wins[0][0]}")
-            if why:
-                problems.append(f"{clock(slot)} ({'; '.join(why)})")
-        span = f"{len(slots)} slots from {clock(first)} to {clock(last)}"
-        if problems:
-            print(f"FAILED: not every slot ran exactly once: {len(problems)} of {span} did not:")
-            for problem in problems:
-                print(f"  {problem}")
-            return 1
-        print(
-            f"OK: every slot ran exactly once: {span}, each with exactly one success event across the"
-            " workers' logs and stored as success."
-        )
-        return 0
-
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``leasecron demo [--seconds N] [--store URL]``."""
