@@ -180,6 +180,9 @@ class LiveRun:
                     return
                 log.warning("leasecron: heartbeat of %s failed (will retry): %s", self._name(), exc)
                 continue
+            if renewed and self._state == LOST_STATE:
+                self._release_stray_renewal()
+                return
             if self._stop_beating.is_set():
                 return
             if renewed:
@@ -192,6 +195,18 @@ class LiveRun:
                 return
             else:  # finishing: the run thread's finish decides
                 return
+
+    def _release_stray_renewal(self) -> None:
+        """A heartbeat sent before the run was declared lost renewed it afterwards
+        (a store call that hung past the deadline). The handler was aborted, so
+        end that lease now rather than make a backup wait ``lease_ms`` for it."""
+        run = self.run
+        try:
+            released = self.cron.store.release(run.job, run.slot_ms, run.token)
+        except Exception as exc:  # noqa: BLE001 - the lease then runs out on its own
+            log.warning("leasecron: could not release the stray renewal of %s: %s", self._name(), exc)
+            return
+        log.info("leasecron: a late heartbeat renewed lost %s; released it (%s)", self._name(), released)
 
     def _watch_deadline(self) -> None:
         deadline = self._deadline

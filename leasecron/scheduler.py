@@ -392,7 +392,11 @@ class LeaseCron:
                 self._watch(job, claim.run.slot_ms)
                 self._watch(job, slot_ms)
             elif outcome == "early":
-                self._submit(self._sync_clock)
+                # our estimate of the store's clock runs ahead (its clock stepped back): re-read
+                # it, and claim the slot again when it is due on the store's clock
+                self._sync_clock()
+                due = max(slot_ms + self._jitter(job), self.clock.now_ms() + opts.heartbeat_ms)
+                self._timers.call_at(due, self._submit, self._claim, job, slot_ms, reason)
         else:
             log.debug("leasecron: %s claim of job %r slot %d: %s", reason, job.name, slot_ms, outcome)
         return claim

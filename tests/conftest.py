@@ -94,6 +94,14 @@ def process_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 
 @pytest.fixture
+def sqlite_backend(tmp_path: Path) -> Backend:
+    """The SQLite backend alone, for tests of what only SQLite has (its file lock)."""
+    b = SQLiteBackend(tmp_path)
+    yield b
+    b.close()
+
+
+@pytest.fixture
 def store(backend: Backend) -> Store:
     """A store on this test's namespace of the current backend."""
     return backend.open()

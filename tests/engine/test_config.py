@@ -1,0 +1,328 @@
+"""Options and registration (SPEC.md, "The scheduler"): defaults, overrides, and ConfigError."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any, Dict
+
+import pytest
+
+import leasecron
+from leasecron import ConfigError, LeaseCron, MemoryStore
+from leasecron.options import JobOptions
+from tests.conftest import Backend
+
+
+def noop() -> None:
+    pass
+
+
+def noop_ctx(ctx: leasecron.Context) -> None:
+    pass
+
+
+@pytest.fixture
+def cron() -> LeaseCron:
+    c = LeaseCron(MemoryStore(), runner="r")
+    yield c
+    c.stop(timeout=0)
+
+
+SPEC_DEFAULTS: Dict[str, Any] = dict(
+    lease_ms=30_000,
+    heartbeat_ms=5_000,
+    max_attempts=3,
+    overlap="skip",
+    catch_up_ms=300_000,
+    max_late_ms=30_000,
+    jitter_ms=1_000,
+    history_size=100,
+    tz="UTC",
+)
+
+
+def test_every_option_has_the_spec_default(cron: LeaseCron) -> None:
+    """Each option left unset takes SPEC.md's default; stop_timeout_ms defaults to 10 000."""
+    cron.add_job(noop, 60, name="j")
+    options = cron.jobs["j"].options
+    for name, value in SPEC_DEFAULTS.items():
+        assert getattr(options, name) == value, name
+    assert cron.stop_timeout_ms == 10_000
+
+
+def test_job_overrides_replace_instance_defaults() -> None:
+    """A job's options override the LeaseCron defaults; other jobs keep the defaults."""
+    cron = LeaseCron(MemoryStore(), runner="r", lease_ms=60_000, max_attempts=5, overlap="allow", jitter_ms=7)
+    cron.add_job(noop, 60, name="plain")
+    cron.add_job(
+        noop,
+        60,
+        name="own",
+        lease_ms=2_000,
+        heartbeat_ms=300,
+        max_attempts=1,
+        overlap="skip",
+        catch_up_ms=0,
+        max_late_ms=1_000,
+        jitter_ms=0,
+        history_size=5,
+        tz="Europe/Berlin",
+    )
+    plain, own = cron.jobs["plain"].options, cron.jobs["own"].options
+    assert (plain.lease_ms, plain.heartbeat_ms, plain.max_attempts, plain.overlap, plain.jitter_ms) == (
+        60_000,
+        5_000,
+        5,
+        "allow",
+        7,
+    )
+    assert (plain.catch_up_ms, plain.max_late_ms, plain.history_size, plain.tz) == (300_000, 30_000, 100, "UTC")
+    assert own == JobOptions(
+        lease_ms=2_000,
+        heartbeat_ms=300,
+        max_attempts=1,
+        overlap="skip",
+        catch_up_ms=0,
+        max_late_ms=1_000,
+        jitter_ms=0,
+        history_size=5,
+        tz="Europe/Berlin",
+    )
+
+
+@pytest.mark.parametrize(
+    "lease_ms, heartbeat_ms",
+    [(30_000, 5_000), (60_000, 5_000), (12_000, 2_000), (600, 100), (6, 1), (3, 1)],
+)
+def test_heartbeat_is_derived_from_the_jobs_own_lease(lease_ms: int, heartbeat_ms: int) -> None:
+    """heartbeat_ms defaults to min(5 000, lease_ms // 6) of the job's own lease, wherever the lease is set."""
+    on_job = LeaseCron(MemoryStore(), runner="r", heartbeat_ms=None)
+    on_job.add_job(noop, 60, name="j", lease_ms=lease_ms)
+    assert on_job.jobs["j"].options.heartbeat_ms == heartbeat_ms
+    on_instance = LeaseCron(MemoryStore(), runner="r", lease_ms=lease_ms)
+    on_instance.add_job(noop, 60, name="j")
+    assert on_instance.jobs["j"].options.heartbeat_ms == heartbeat_ms
+
+
+def test_instance_heartbeat_default_applies_to_jobs_with_a_longer_lease() -> None:
+    """An instance-level heartbeat_ms is used by a job that overrides only its lease."""
+    cron = LeaseCron(MemoryStore(), runner="r", heartbeat_ms=700)
+    cron.add_job(noop, 60, name="j", lease_ms=2_000)
+    assert cron.jobs["j"].options.heartbeat_ms == 700
+
+
+BAD_JOB_OPTIONS = [
+    ({"schedule": "not a cron"}, "schedule"),
+    ({"schedule": "61 * * * *"}, "schedule"),
+    ({"schedule": "* * * * * * * *"}, "schedule"),
+    ({"lease_ms": 1_000, "heartbeat_ms": 500}, "heartbeat_ms"),
+    ({"lease_ms": 1_000, "heartbeat_ms": 600}, "heartbeat_ms"),
+    ({"lease_ms": 3_000}, None),  # valid: heartbeat derived to 500
+    ({"lease_ms": -1}, "lease_ms"),
+    ({"heartbeat_ms": -5}, "heartbeat_ms"),
+    ({"catch_up_ms": -1}, "catch_up_ms"),
+    ({"max_late_ms": -1}, "max_late_ms"),
+    ({"jitter_ms": -1}, "jitter_ms"),
+    ({"history_size": -1}, "history_size"),
+    ({"max_attempts": 0}, "max_attempts"),
+    ({"lease_ms": 1.5}, "lease_ms"),
+    ({"lease_ms": True}, "lease_ms"),
+    ({"overlap": "queue"}, "overlap"),
+    ({"tz": "Mars/Olympus"}, "tz"),
+    ({"tz": ""}, "tz"),
+    ({"schedule": 0}, "schedule"),
+    ({"schedule": -1}, "schedule"),
+    ({"schedule": timedelta(0)}, "schedule"),
+    ({"schedule": 0.0001}, "schedule"),
+    ({"schedule": ["* * * * *"]}, "schedule"),
+    ({"schedule": None}, "schedule"),
+    ({"schedule": True}, "schedule"),
+    ({"lease": 5_000}, "lease"),
+    ({"stop_timeout_ms": 5_000}, "stop_timeout_ms"),
+]
+
+
+@pytest.mark.parametrize("given, option", BAD_JOB_OPTIONS)
+def test_bad_job_registration_raises_config_error_naming_job_and_option(
+    cron: LeaseCron, given: Dict[str, Any], option: Any
+) -> None:
+    """Invalid input fails at registration with ConfigError (a ValueError) naming the job and the option."""
+    given = dict(given)
+    schedule = given.pop("schedule", 60)
+    if option is None:
+        cron.add_job(noop, schedule, name="the-job", **given)
+        return
+    with pytest.raises(ConfigError) as info:
+        cron.add_job(noop, schedule, name="the-job", **given)
+    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert "the-job" in message, message
+    assert option in message, message
+    assert "the-job" not in cron.jobs
+
+
+def test_decorator_validates_like_add_job(cron: LeaseCron) -> None:
+    """@cron.job validates at registration too, and returns the function unchanged."""
+    with pytest.raises(ConfigError, match="deco.*overlap"):
+
+        @cron.job(60, name="deco", overlap="nope")
+        def bad() -> None:
+            pass
+
+    @cron.job("*/5 * * * *", name="deco", lease_ms=4_000)
+    def good() -> None:
+        pass
+
+    assert good.__name__ == "good" and callable(good)
+    assert cron.jobs["deco"].options.lease_ms == 4_000
+
+
+def test_duplicate_job_name_raises_config_error(cron: LeaseCron) -> None:
+    """Registering a second job under a taken name fails, naming it; the first stays."""
+    cron.add_job(noop, 60, name="twice")
+    with pytest.raises(ConfigError, match="twice") as info:
+        cron.add_job(noop_ctx, 30, name="twice")
+    assert isinstance(info.value, ValueError)
+    assert cron.jobs["twice"].func is noop
+
+
+@pytest.mark.parametrize("name", ["", "   ", 5])
+def test_empty_or_non_string_job_name_raises_config_error(cron: LeaseCron, name: Any) -> None:
+    """A job name must be a non-empty string."""
+    with pytest.raises(ConfigError, match="name"):
+        cron.add_job(noop, 60, name=name)
+    assert cron.jobs == {}
+
+
+def test_non_callable_handler_raises_config_error(cron: LeaseCron) -> None:
+    """The handler must be callable."""
+    with pytest.raises(ConfigError, match="callable"):
+        cron.add_job("not a function", 60, name="j")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options, option",
+    [
+        ({"lease_ms": -1}, "lease_ms"),
+        ({"heartbeat_ms": 0}, "heartbeat_ms"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"overlap": "sometimes"}, "overlap"),
+        ({"catch_up_ms": -5}, "catch_up_ms"),
+        ({"max_late_ms": -5}, "max_late_ms"),
+        ({"jitter_ms": -5}, "jitter_ms"),
+        ({"history_size": -5}, "history_size"),
+        ({"tz": "Nowhere/Land"}, "tz"),
+        ({"stop_timeout_ms": -1}, "stop_timeout_ms"),
+        ({"lease_ms": "30s"}, "lease_ms"),
+    ],
+)
+def test_bad_instance_defaults_raise_config_error(options: Dict[str, Any], option: str) -> None:
+    """Bad LeaseCron-level defaults fail at construction, naming the option."""
+    with pytest.raises(ConfigError, match=option) as info:
+        LeaseCron(MemoryStore(), runner="r", **options)
+    assert isinstance(info.value, ValueError)
+
+
+def test_unknown_instance_option_is_a_type_error() -> None:
+    """An unknown keyword of LeaseCron() is refused (a plain TypeError of the call)."""
+    with pytest.raises(TypeError):
+        LeaseCron(MemoryStore(), runner="r", lease=5_000)  # type: ignore[call-arg]
+
+
+def test_instance_default_bad_against_a_job_lease_fails_at_registration() -> None:
+    """An instance heartbeat that is not under half of a job's lease fails when that job registers."""
+    cron = LeaseCron(MemoryStore(), runner="r", heartbeat_ms=2_000)
+    cron.add_job(noop, 60, name="long", lease_ms=10_000)
+    with pytest.raises(ConfigError, match="short.*heartbeat_ms"):
+        cron.add_job(noop, 60, name="short", lease_ms=3_000)
+
+
+@pytest.mark.parametrize("runner", ["", 5])
+def test_bad_runner_name_raises_config_error(runner: Any) -> None:
+    """A runner name must be a non-empty string."""
+    with pytest.raises(ConfigError, match="runner"):
+        LeaseCron(MemoryStore(), runner=runner)
+
+
+def test_store_must_be_a_store_or_url() -> None:
+    """Anything but a Store or a URL string is refused."""
+    with pytest.raises(ConfigError, match="store"):
+        LeaseCron(object(), runner="r")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("url", ["nope://x", "mysql://localhost/db", "leasecron.db"])
+def test_open_store_with_unknown_scheme_names_the_known_ones(url: str) -> None:
+    """open_store (and LeaseCron given a URL) refuses an unknown scheme and says which are known."""
+    with pytest.raises(ConfigError) as info:
+        leasecron.open_store(url)
+    assert "sqlite://" in str(info.value) and "memory://" in str(info.value)
+    with pytest.raises(ConfigError):
+        LeaseCron(url, runner="r")
+
+
+def test_store_url_string_is_accepted(backend: Backend) -> None:
+    """LeaseCron(url) opens the store the URL names."""
+    cron = LeaseCron(backend.url(), runner="r")
+    try:
+        assert isinstance(cron.store, leasecron.Store)
+        assert cron.store.kind == backend.name
+        assert abs(cron.store.now_ms() - backend.open().now_ms()) < 1_000
+    finally:
+        cron.store.close()
+
+
+def test_default_job_name_is_module_dot_qualname(cron: LeaseCron) -> None:
+    """A job registered without a name is called "module.qualname" of its handler."""
+
+    class Holder:
+        @staticmethod
+        def work() -> None:
+            pass
+
+    cron.add_job(noop, 60)
+    cron.add_job(Holder.work, 60)
+    assert f"{__name__}.noop" in cron.jobs
+    assert f"{__name__}.test_default_job_name_is_module_dot_qualname.<locals>.Holder.work" in cron.jobs
+
+
+def test_default_runner_is_hostname_dash_pid() -> None:
+    """A LeaseCron given no runner is called "<hostname>-<pid>"."""
+    cron = LeaseCron(MemoryStore())
+    assert cron.runner == f"{socket.gethostname()}-{os.getpid()}"
+
+
+def test_unknown_event_name_raises_config_error(cron: LeaseCron) -> None:
+    """cron.on() accepts only the seven event types."""
+    with pytest.raises(ConfigError, match="nope"):
+        cron.on("nope", lambda event: None)
+    for name in ("start", "success", "failed", "skip", "lost", "handover", "error"):
+        cron.on(name, lambda event: None)
+
+
+def test_non_callable_event_callback_raises_config_error(cron: LeaseCron) -> None:
+    """cron.on() needs a callable."""
+    with pytest.raises(ConfigError):
+        cron.on("start", "print")  # type: ignore[arg-type]
+
+
+def test_handler_taking_context_or_nothing_is_detected(cron: LeaseCron) -> None:
+    """A handler with a positional parameter gets the Context; one with none is called bare."""
+
+    def star(*args: Any) -> None:
+        pass
+
+    def kw_only(*, x: int = 1) -> None:
+        pass
+
+    for name, func, takes in [
+        ("ctx", noop_ctx, True),
+        ("none", noop, False),
+        ("star", star, True),
+        ("kw", kw_only, False),
+        ("lambda", lambda: None, False),
+        ("lambda-ctx", lambda ctx: None, True),
+    ]:
+        cron.add_job(func, 60, name=name)
+        assert cron.jobs[name].takes_context is takes, name

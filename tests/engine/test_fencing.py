@@ -1,0 +1,204 @@
+"""Fencing and lost leases (docs/leases.txt, "Fencing"; SPEC.md: a refused heartbeat, or a
+lease that could not be renewed for lease_ms, makes the run lost)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from typing import Dict, List
+
+import pytest
+
+from leasecron import Aborted, Context, LeaseCron, open_store
+from tests.conftest import Backend
+from tests.engine.conftest import Gates, MakeCron
+from tests.engine.support import CATCH_UP_HOUR, FAST, HOURLY, Calls, Recorder, handler, stored
+from tests.helpers import wait_for
+
+LEASE, HEARTBEAT = FAST["lease_ms"], FAST["heartbeat_ms"]
+MARGIN = 150
+
+
+@pytest.mark.parametrize("then", ["returns", "raises"])
+@pytest.mark.parametrize("how", ["released", "taken over"])
+def test_refused_heartbeat_aborts_with_lost_and_the_run_is_never_touched_again(
+    make_cron: MakeCron, backend: Backend, how: str, then: str
+) -> None:
+    """A refused heartbeat aborts the signal ("lost"), emits lost, and the instance never writes the run again."""
+    a = make_cron("a", catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(a)
+    calls = Calls()
+    seen: Dict[str, object] = {}
+
+    def body(ctx: Context) -> None:
+        seen["aborted"] = ctx.signal.wait(5)
+        seen["reason"] = ctx.signal.reason
+        if then == "raises":
+            ctx.signal.raise_if_aborted()
+
+    a.add_job(handler(a.store, calls, body), HOURLY, name="job")
+    a.start()
+    ctx = calls.wait(1, timeout=3)[0]
+    other = backend.open()  # another instance's view of the store
+    assert other.release("job", ctx.slot_ms, ctx.token)
+    released_at = other.now_ms()
+    if how == "taken over":
+        taker = other.claim("job", ctx.slot_ms, runner="taker", reason="takeover", lease_ms=30_000)
+        assert taker.outcome == "won" and taker.run is not None and taker.run.attempt == 2
+    lost = rec.wait("lost", timeout=2)
+    assert rec.time_of(lost) <= released_at + HEARTBEAT + MARGIN
+    assert (lost.job, lost.slot_ms, lost.attempt, lost.runner) == ("job", ctx.slot_ms, 1, "a")
+    assert lost.run is not None and lost.run.token == ctx.token and lost.error
+    wait_for(lambda: a.live_runs() == [] and len(calls.returned) == 1, 3)
+    assert seen == {"aborted": True, "reason": "lost"}
+    with pytest.raises(Aborted):
+        ctx.signal.raise_if_aborted()
+    threading.Event().wait(2 * HEARTBEAT / 1000)
+    run = stored(other, "job", ctx.slot_ms)
+    if how == "released":  # the lost attempt still holds the record: it did not finish it
+        assert (run.status, run.token, run.attempt, run.handed_over) == ("running", ctx.token, 1, True)
+    else:
+        assert taker.run is not None
+        assert (run.status, run.token, run.runner, run.attempt) == ("running", taker.run.token, "taker", 2)
+        assert run.lease_end_ms == taker.run.lease_end_ms
+    assert [e.type for e in rec.of()] == ["start", "lost"]
+
+
+def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(
+    sqlite_backend: Backend, tmp_path: object
+) -> None:
+    """A runner that cannot renew for lease_ms (store unreachable) is lost before its stored lease ends."""
+    lease = 600
+    store = open_store(sqlite_backend.url() + "&busy_timeout_ms=50")
+    cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(cron)
+    calls = Calls()
+    seen: List[object] = []
+
+    def body(ctx: Context) -> None:
+        ctx.signal.wait(5)
+        seen.append(ctx.signal.reason)
+
+    cron.add_job(handler(store, calls, body), HOURLY, name="job")
+    observer = sqlite_backend.open()
+    locker = sqlite3.connect(str(sqlite_backend.tmp_path / "leasecron.db"), isolation_level=None)  # type: ignore[attr-defined]
+    try:
+        cron.start()
+        ctx = calls.wait(1, timeout=3)[0]
+        first = stored(observer, "job", ctx.slot_ms).lease_end_ms
+        wait_for(lambda: stored(observer, "job", ctx.slot_ms).lease_end_ms > first, 2)  # renewals work
+        locker.execute("BEGIN IMMEDIATE")  # from now on no write reaches the store
+        lease_end = stored(observer, "job", ctx.slot_ms).lease_end_ms  # WAL: reads still work
+        lost = rec.wait("lost", timeout=(lease + 1_000) / 1000)
+        lost_at = rec.time_of(lost)
+        assert lost_at <= lease_end + 50, (lost_at - lease_end)
+        assert lost_at >= lease_end - lease // 2, "gave up long before lease_ms without a renewal"
+        assert "lease" in (lost.error or "")
+        wait_for(lambda: seen == ["lost"], 2)
+        # a heartbeat sent just before the deadline may still be waiting for the lock (busy
+        # timeout 50 ms); let it fail, then make the store reachable again: no new write follows
+        threading.Event().wait(0.2)
+        locker.execute("ROLLBACK")
+        wait_for(lambda: cron.live_runs() == [], 2)
+        threading.Event().wait(2 * HEARTBEAT / 1000)
+        run = stored(observer, "job", ctx.slot_ms)
+        assert (run.status, run.token, run.lease_end_ms) == ("running", ctx.token, lease_end)
+        assert rec.of("success") == [] and rec.of("failed") == []
+    finally:
+        if locker.in_transaction:
+            locker.execute("ROLLBACK")
+        locker.close()
+        cron.stop(timeout=1)
+        store.close()
+
+
+def test_heartbeat_landing_after_self_fencing_is_released_at_once(sqlite_backend: Backend) -> None:
+    """A heartbeat stuck in the store past the local deadline that then renews the lost run is released."""
+    lease = 600
+    store = open_store(sqlite_backend.url() + "&busy_timeout_ms=3000")  # a heartbeat waits for the lock
+    cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(cron)
+    calls = Calls()
+    cron.add_job(handler(store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name="job")
+    observer = sqlite_backend.open()
+    locker = sqlite3.connect(str(sqlite_backend.tmp_path / "leasecron.db"), isolation_level=None)  # type: ignore[attr-defined]
+    try:
+        cron.start()
+        ctx = calls.wait(1, timeout=3)[0]
+        stored(observer, "job", ctx.slot_ms)  # the observer's connection is open (schema checked)
+        locker.execute("BEGIN IMMEDIATE")  # the next heartbeat blocks in the store
+        rec.wait("lost", timeout=(lease + 1_000) / 1000)  # fenced by the local deadline meanwhile
+        assert not stored(observer, "job", ctx.slot_ms).handed_over
+        locker.execute("ROLLBACK")  # the blocked heartbeat lands and renews the lease
+        run = wait_for(
+            lambda: (r := stored(observer, "job", ctx.slot_ms)).handed_over and r,
+            2,
+            message="the stray renewal was not released",
+        )
+        assert (run.status, run.token, run.attempt) == ("running", ctx.token, 1)
+        assert run.lease_end_ms <= observer.now_ms()
+        assert rec.of("success") == [] and rec.of("failed") == [] and rec.of("handover") == []
+    finally:
+        if locker.in_transaction:
+            locker.execute("ROLLBACK")
+        locker.close()
+        cron.stop(timeout=1)
+        store.close()
+
+
+def test_handler_returning_after_a_takeover_is_refused_and_lost(
+    make_cron: MakeCron, backend: Backend, gates: Gates
+) -> None:
+    """Fencing: a handler returning after a takeover is not recorded (finish refused), the run is lost."""
+    go = gates()
+    a = make_cron("a", catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(a)
+    calls = Calls()
+    a.add_job(handler(a.store, calls, lambda ctx: go.wait(5)), HOURLY, name="job")
+    a.start()
+    ctx = calls.wait(1, timeout=3)[0]
+    other = backend.open()
+    assert other.release("job", ctx.slot_ms, ctx.token)
+    taker = other.claim("job", ctx.slot_ms, runner="taker", reason="takeover", lease_ms=30_000)
+    assert taker.outcome == "won" and taker.run is not None
+    go.set()  # returns at once, racing a's next heartbeat: either way the run is lost
+    lost = rec.wait("lost", timeout=2)
+    assert lost.attempt == 1 and lost.run is not None and lost.run.token == ctx.token
+    wait_for(lambda: a.live_runs() == [], 2)
+    assert rec.of("success") == [] and rec.of("failed") == []
+    run = stored(other, "job", ctx.slot_ms)
+    assert (run.status, run.token, run.runner, run.attempt) == ("running", taker.run.token, "taker", 2)
+
+
+def test_store_briefly_unreachable_is_retried_and_the_run_recorded(sqlite_backend: Backend) -> None:
+    """Transient store failures are retried while they matter: the finish lands once the store is back."""
+    lease = 800
+    store = open_store(sqlite_backend.url() + "&busy_timeout_ms=20")
+    cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(cron)
+    calls = Calls()
+    go = threading.Event()
+    cron.add_job(handler(store, calls, lambda ctx: go.wait(5)), HOURLY, name="job")
+    observer = sqlite_backend.open()
+    locker = sqlite3.connect(str(sqlite_backend.tmp_path / "leasecron.db"), isolation_level=None)  # type: ignore[attr-defined]
+    try:
+        cron.start()
+        ctx = calls.wait(1, timeout=3)[0]
+        stored(observer, "job", ctx.slot_ms)  # the observer's connection is open (schema checked)
+        locker.execute("BEGIN IMMEDIATE")
+        lease_end = stored(observer, "job", ctx.slot_ms).lease_end_ms
+        go.set()  # the handler returns while the store is unreachable: the finish is retried
+        threading.Event().wait(0.3)
+        assert stored(observer, "job", ctx.slot_ms).status == "running"
+        locker.execute("ROLLBACK")
+        rec.wait("success", timeout=1)
+        run = stored(observer, "job", ctx.slot_ms)
+        assert run.status == "success" and run.token == ctx.token
+        assert run.finished_ms is not None and run.finished_ms < lease_end
+        assert rec.of("lost") == []
+    finally:
+        if locker.in_transaction:
+            locker.execute("ROLLBACK")
+        locker.close()
+        cron.stop(timeout=1)
+        store.close()
