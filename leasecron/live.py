@@ -32,7 +32,7 @@ from .retry import call_until
 from .runs import FAILED, SUCCESS, Run
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import LeaseCron
+    from .engine import Engine
     from .jobs import Job
 
 __all__ = ["LiveRun"]
@@ -50,8 +50,8 @@ def error_text(exc: BaseException) -> str:
 class LiveRun:
     """One attempt this instance runs. Created by the scheduler when a claim is won."""
 
-    def __init__(self, cron: "LeaseCron", job: "Job", run: Run, claim_sent: float) -> None:
-        self.cron = cron
+    def __init__(self, engine: "Engine", job: "Job", run: Run, claim_sent: float) -> None:
+        self.engine = engine
         self.job = job
         self.run = run
         self.signal = Signal()
@@ -105,7 +105,7 @@ class LiveRun:
         finally:
             self._stop_beating.set()
             self.ended.set()
-            self.cron._run_ended(self)
+            self.engine.run_ended(self)
 
     def _conclude(self, error: Optional[BaseException]) -> None:
         with self._lock:
@@ -113,7 +113,7 @@ class LiveRun:
                 log.info("leasecron: %s ended after it was %s; the store is not told", self._name(), self._state)
                 return
             self._state = FINISHING
-        store, run = self.cron.store, self.run
+        store, run = self.engine.store, self.run
         if error is not None and self.signal.reason == STOP:
             log.info("leasecron: %s stopped (%s): handing it over", self._name(), error_text(error))
             done = self._record_end(lambda: store.release(run.job, run.slot_ms, run.token), "released")
@@ -137,7 +137,7 @@ class LiveRun:
                     return
                 self._state = ENDED
             log.info("leasecron: %s %s", self._name(), {"handover": "handed over"}.get(event, event))
-            self.cron._emit(event, run, error=text)
+            self.engine.emit(event, run, error=text)
 
     def _record_end(self, call: Callable[[], bool], status: str) -> bool:
         """Finish or release; retried until the local deadline. False means the run is lost."""
@@ -155,7 +155,7 @@ class LiveRun:
             self.lose(f"could not record the end ({status}) before the lease ran out: {error_text(exc)}")
             return False
         if tries > 1 and status in (SUCCESS, FAILED):  # an earlier try may have landed
-            stored = self.cron.store.get_run(self.run.job, self.run.slot_ms)
+            stored = self.engine.store.get_run(self.run.job, self.run.slot_ms)
             if stored is not None and stored.token == self.run.token and stored.status == status:
                 return True
         self.lose(f"the store refused to record the end ({status}): another attempt holds the run")
@@ -164,7 +164,7 @@ class LiveRun:
     # -- the heartbeat thread -----------------------------------------------------
 
     def _beat(self) -> None:
-        store, run = self.cron.store, self.run
+        store, run = self.engine.store, self.run
         lease_ms = self.job.options.lease_ms
         while not self._stop_beating.wait(self.job.options.heartbeat_ms / 1000):
             sent = time.monotonic()
@@ -202,7 +202,7 @@ class LiveRun:
         end that lease now rather than make a backup wait ``lease_ms`` for it."""
         run = self.run
         try:
-            released = self.cron.store.release(run.job, run.slot_ms, run.token)
+            released = self.engine.store.release(run.job, run.slot_ms, run.token)
         except Exception as exc:  # noqa: BLE001 - the lease then runs out on its own
             log.warning("leasecron: could not release the stray renewal of %s: %s", self._name(), exc)
             return
@@ -210,7 +210,7 @@ class LiveRun:
 
     def _watch_deadline(self) -> None:
         deadline = self._deadline
-        self.cron._call_at_monotonic(deadline, self._check_deadline)
+        self.engine.call_at_monotonic(deadline, self._check_deadline)
 
     def _check_deadline(self) -> None:
         if time.monotonic() >= self._deadline and self._state in (RUNNING, FINISHING):
@@ -227,7 +227,7 @@ class LiveRun:
         self._stop_beating.set()
         self.signal.abort(LOST)
         log.warning("leasecron: lost %s: %s", self._name(), why)
-        self.cron._emit("lost", self.run, error=why)
+        self.engine.emit("lost", self.run, error=why)
         return True
 
     def abandon(self) -> bool:

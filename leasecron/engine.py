@@ -1,0 +1,344 @@
+"""The engine: one started session of a :class:`~leasecron.LeaseCron`, in threads.
+
+* **one scheduler thread** (:mod:`leasecron.timers`) holds a heap of what is
+  due on the store's clock: each job's next slot (plus its jitter), each
+  backup's next check, each live run's lease deadline. It never waits on the
+  store: it hands every store call to
+* **the claim pool** (the backup pollers): a few threads that send claims —
+  scheduled, catch-up and takeover — and act on the outcome;
+* **for each live run a run thread and a heartbeat thread**
+  (:mod:`leasecron.live`).
+
+A claim's outcome decides what this instance does: ``won`` starts a live
+run; ``running`` makes it a backup of the run, re-checked with a takeover
+claim after a uniform random 1–2 heartbeats until the run ends or is won;
+``overlap`` emits ``skip`` and watches both the earlier run and the new
+slot; ``late`` and ``early`` emit ``skip`` (after ``early`` the clock is
+re-read and the slot claimed again when it is due on the store's clock).
+
+On start, each job is recovered (catch-up): its unfinished runs are watched
+or taken over, and the latest slot, if it was due less than ``catch_up_ms``
+ago, is claimed after a jitter with reason ``catch-up``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from .clock import StoreClock
+from .context import STOP
+from .events import Emitter, log
+from .jobs import Job
+from .live import LiveRun, error_text
+from .retry import call_until
+from .runs import CATCH_UP, LATE_TOLERANCE_MS, SCHEDULE, TAKEOVER, WON, Claim, Run
+from .stores import Store
+from .timers import Timers
+
+__all__ = ["Engine"]
+
+#: How often the store's clock is read again while running.
+CLOCK_SYNC_MS = 60_000
+
+
+class Engine:
+    """The threads, live runs and watched runs of one ``start()`` … ``stop()``."""
+
+    def __init__(self, store: Store, runner: str, emitter: Emitter, clock: StoreClock, claim_threads: int) -> None:
+        self.store = store
+        self.runner = runner
+        self.clock = clock
+        self._emitter = emitter
+        self._lock = threading.RLock()
+        self._stopping = False
+        self._stopped = threading.Event()
+        #: Set to cut a stop short (a second signal): live handlers are abandoned.
+        self.cold = threading.Event()
+        self._live: Dict[Tuple[str, int], LiveRun] = {}
+        self._watching: Set[Tuple[str, int]] = set()
+        self._pending: Set["Future[Any]"] = set()
+        self._timers = Timers(clock, self._on_task_error)
+        self._pool = ThreadPoolExecutor(claim_threads, thread_name_prefix="leasecron-claims")
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self, jobs: List[Job]) -> None:
+        """Start the scheduler thread; the jobs are booted from the claim pool."""
+        self._timers.start()
+        self._submit(self._boot, jobs)
+
+    def add(self, job: Job) -> None:
+        """Schedule a job registered while running."""
+        self._timers.call_at(0, self._boot_job, job)
+
+    def live_runs(self) -> List[Run]:
+        """The runs executing now."""
+        with self._lock:
+            return [live.run for live in self._live.values()]
+
+    def stop(self, wait_s: float) -> None:
+        """Abort every live run (reason ``"stop"``), wait up to ``wait_s`` for the
+        handlers and for claims in flight, then abandon what still runs.
+        A second call waits for the first to finish."""
+        with self._lock:
+            first = not self._stopping
+            self._stopping = True
+            live = list(self._live.values())
+            self._watching.clear()
+        if not first:
+            self._stopped.wait()
+            return
+        deadline = time.monotonic() + wait_s
+        log.info("leasecron: %s stopping (%d live run(s))", self.runner, len(live))
+        self._timers.stop(timeout=1.0)
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            future.cancel()
+        for run in live:
+            run.signal.abort(STOP)
+        self._wait_until(lambda: all(r.ended.is_set() for r in live) and all(f.done() for f in pending), deadline)
+        with self._lock:
+            leftovers = list(self._live.values())
+        for run in leftovers:
+            run.abandon()
+        self._pool.shutdown(wait=False)
+        self._stopped.set()
+        log.info("leasecron: %s stopped", self.runner)
+
+    def _wait_until(self, condition: Callable[[], bool], deadline: float) -> None:
+        """Wait until ``condition()``, the monotonic ``deadline``, or a cold stop."""
+        while not condition() and not self.cold.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.cold.wait(min(left, 0.02))
+
+    # -- the schedule ----------------------------------------------------------------------
+
+    def _boot(self, jobs: List[Job]) -> None:
+        self._sync_clock()
+        for job in jobs:
+            self._boot_job(job)
+        self._timers.call_later(CLOCK_SYNC_MS, self._submit, self._resync_clock)
+
+    def _boot_job(self, job: Job) -> None:
+        slot = job.schedule.next_after(self.clock.now_ms())
+        self._timers.call_at(slot + self._jitter(job), self._fire, job, slot)
+        self._submit(self._recover, job)
+
+    def _fire(self, job: Job, slot_ms: int) -> None:
+        """In the scheduler thread, at ``slot_ms`` + jitter: claim it, and plan the next slot."""
+        self._submit(self._claim, job, slot_ms, SCHEDULE)
+        following = job.schedule.next_after(slot_ms)
+        latest = job.schedule.at_or_before(self.clock.now_ms())
+        if latest is not None and latest > following:  # the process stalled: only the latest slot counts
+            following = latest
+        self._timers.call_at(following + self._jitter(job), self._fire, job, following)
+
+    def _recover(self, job: Job) -> None:
+        """Catch-up on start: unfinished runs first, then the missed latest slot."""
+        now = self.clock.now_ms()
+        latest = job.schedule.at_or_before(now)
+        claimed_latest = False
+        unfinished = call_until(
+            lambda: self.store.unfinished(job.name), time.monotonic() + 2 * job.options.heartbeat_ms / 1000
+        )
+        for run in unfinished:
+            if latest is not None and run.slot_ms < latest:
+                if run.lease_end_ms > now:
+                    self._watch(job, run.slot_ms)  # lease alive: a backup of it
+                # else a newer slot is due: leave it; the next run replaces it
+                continue
+            claimed_latest = claimed_latest or run.slot_ms == latest
+            if run.lease_end_ms > now:
+                self._watch(job, run.slot_ms)
+            else:  # expired and still the latest: claim the next attempt now
+                self._watch(job, run.slot_ms, delay_ms=0)
+        catch_up = job.options.catch_up_ms
+        if latest is not None and not claimed_latest and catch_up > 0 and now - latest < catch_up:
+            self._timers.call_later(self._jitter(job), self._submit, self._claim, job, latest, CATCH_UP)
+
+    def _claim(self, job: Job, slot_ms: int, reason: str) -> Optional[Claim]:
+        """Send one claim (retried while its answer matters) and act on the outcome."""
+        if self._stopping:
+            return None
+        opts = job.options
+        max_late = opts.catch_up_ms if reason == CATCH_UP else opts.max_late_ms
+        if reason == TAKEOVER:
+            matters_s = opts.heartbeat_ms / 1000
+        else:
+            matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self.clock.now_ms()) / 1000
+        sent = time.monotonic()
+        try:
+            claim = call_until(
+                lambda: self.store.claim(
+                    job.name,
+                    slot_ms,
+                    runner=self.runner,
+                    reason=reason,
+                    lease_ms=opts.lease_ms,
+                    max_attempts=opts.max_attempts,
+                    max_late_ms=max_late,
+                    overlap=opts.overlap,
+                    history_size=opts.history_size,
+                ),
+                sent + max(matters_s, 0.0),
+            )
+        except Exception as exc:  # noqa: BLE001 - reported; the next slot or check tries again
+            log.error("leasecron: %s claim of job %r slot %d failed: %s", reason, job.name, slot_ms, exc)
+            self._emitter.emit("error", job.name, slot_ms, reason=reason, error=error_text(exc))
+            return None
+        outcome = claim.outcome
+        if outcome == WON:
+            assert claim.run is not None
+            self._start_run(job, claim.run, sent)
+        elif outcome == "running":
+            log.debug("leasecron: job %r slot %d is running elsewhere: backup", job.name, slot_ms)
+            self._watch(job, slot_ms)
+        elif outcome in ("overlap", "late", "early"):
+            log.info("leasecron: skip job %r slot %d (%s)", job.name, slot_ms, outcome)
+            self._emitter.emit("skip", job.name, slot_ms, reason=outcome, run=claim.run)
+            if outcome == "overlap" and claim.run is not None:
+                self._watch(job, claim.run.slot_ms)
+                self._watch(job, slot_ms)
+            elif outcome == "early":
+                # our estimate of the store's clock runs ahead (its clock stepped back): re-read
+                # it, and claim the slot again when it is due on the store's clock
+                self._sync_clock()
+                due = max(slot_ms + self._jitter(job), self.clock.now_ms() + opts.heartbeat_ms)
+                self._timers.call_at(due, self._submit, self._claim, job, slot_ms, reason)
+        else:
+            log.debug("leasecron: %s claim of job %r slot %d: %s", reason, job.name, slot_ms, outcome)
+        return claim
+
+    # -- backups -------------------------------------------------------------------------
+
+    def _watch(self, job: Job, slot_ms: int, delay_ms: Optional[float] = None) -> None:
+        """Become a backup of the run at ``slot_ms`` (idempotent)."""
+        key = (job.name, slot_ms)
+        with self._lock:
+            if self._stopping or key in self._watching or key in self._live:
+                return
+            self._watching.add(key)
+        self._plan_check(job, slot_ms, delay_ms)
+
+    def _plan_check(self, job: Job, slot_ms: int, delay_ms: Optional[float] = None) -> None:
+        if delay_ms is None:
+            delay_ms = random.uniform(1, 2) * job.options.heartbeat_ms
+        self._timers.call_later(delay_ms, self._submit, self._check, job, slot_ms)
+
+    def _check(self, job: Job, slot_ms: int) -> None:
+        """A backup's check: a takeover claim; keep watching while the run may need us."""
+        key = (job.name, slot_ms)
+        with self._lock:
+            if key not in self._watching:
+                return
+        claim = self._claim(job, slot_ms, TAKEOVER)
+        if claim is None:
+            keep = True
+        elif claim.outcome == "running":
+            with self._lock:
+                keep = claim.run is not None and all(live.run.token != claim.run.token for live in self._live.values())
+        elif claim.outcome == "none":  # nobody claimed the slot yet; it may still be claimed
+            keep = self.clock.now_ms() <= slot_ms + job.options.max_late_ms + LATE_TOLERANCE_MS
+        else:
+            keep = False
+        with self._lock:
+            if keep and key in self._watching and not self._stopping:
+                self._plan_check(job, slot_ms)
+            else:
+                self._watching.discard(key)
+
+    # -- live runs ---------------------------------------------------------------------------
+
+    def _start_run(self, job: Job, run: Run, claim_sent: float) -> None:
+        with self._lock:
+            stopping = self._stopping
+            if not stopping:
+                live = LiveRun(self, job, run, claim_sent)
+                self._live[live.key] = live
+                self._watching.discard(live.key)
+        if stopping:  # won while stopping: hand it straight back, it costs no attempt
+            log.info("leasecron: won job %r slot %d while stopping: releasing it", job.name, run.slot_ms)
+            try:
+                self.store.release(run.job, run.slot_ms, run.token)
+            except Exception as exc:  # noqa: BLE001 - a backup takes it over when the lease runs out
+                log.warning("leasecron: could not release job %r slot %d: %s", job.name, run.slot_ms, exc)
+            return
+        log.info(
+            "leasecron: %s won job %r slot %s attempt %d (%s)",
+            self.runner,
+            job.name,
+            run.slot.isoformat(),
+            run.attempt,
+            run.reason,
+        )
+        self.emit("start", run, reason=run.reason)
+        live.start()
+
+    def run_ended(self, live: LiveRun) -> None:
+        """A live run's threads are done with it."""
+        with self._lock:
+            if self._live.get(live.key) is live:
+                del self._live[live.key]
+
+    def emit(self, name: str, run: Run, *, reason: Optional[str] = None, error: Optional[str] = None) -> None:
+        """Emit an event about ``run``."""
+        self._emitter.emit(name, run.job, run.slot_ms, attempt=run.attempt, reason=reason, error=error, run=run)
+
+    def call_at_monotonic(self, mono_s: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` in the scheduler thread at the host's monotonic time ``mono_s``."""
+        self._timers.call_at(self.clock.at_monotonic(mono_s), fn, *args)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` in the claim pool; a failure is logged and emitted as ``error``."""
+        with self._lock:
+            if self._stopping:
+                return
+            try:
+                future = self._pool.submit(self._guarded, fn, *args)
+            except RuntimeError:  # the interpreter is shutting down
+                return
+            self._pending.add(future)
+        future.add_done_callback(self._forget_future)
+
+    def _forget_future(self, future: "Future[Any]") -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def _guarded(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - reported, the pool lives on
+            log.exception("leasecron: task %s failed", getattr(fn, "__name__", fn))
+            self._on_task_error(exc)
+
+    def _on_task_error(self, exc: BaseException) -> None:
+        self._emitter.emit("error", None, None, error=error_text(exc))
+
+    def _jitter(self, job: Job) -> float:
+        return random.uniform(0, job.options.jitter_ms)
+
+    def _sync_clock(self) -> None:
+        try:
+            self.clock.sync()
+        except Exception as exc:  # noqa: BLE001 - keep the last estimate; tried again later
+            log.warning("leasecron: cannot read the store's clock: %s", exc)
+            self._emitter.emit("error", None, None, error=error_text(exc))
+        else:
+            log.debug(
+                "leasecron: store clock offset %.1f ms, round trip %.2f ms",
+                self.clock.offset_ms,
+                self.clock.round_trip_ms or 0.0,
+            )
+
+    def _resync_clock(self) -> None:
+        self._sync_clock()
+        self._timers.call_later(CLOCK_SYNC_MS, self._submit, self._resync_clock)
