@@ -71,6 +71,7 @@ class LiveRun:
         self._state = RUNNING
         self._lock = threading.Lock()
         self._stop_beating = threading.Event()
+        self._heartbeat_thread = threading.Thread(target=self._beat, daemon=True)
 
     @property
     def key(self) -> tuple:
@@ -86,7 +87,8 @@ class LiveRun:
         """Start the run thread and the heartbeat thread."""
         name = f"{self.run.job}@{self.run.slot_ms}#{self.run.attempt}"
         self._watch_deadline()
-        threading.Thread(target=self._beat, name=f"leasecron-heartbeat-{name}", daemon=True).start()
+        self._heartbeat_thread.name = f"leasecron-heartbeat-{name}"
+        self._heartbeat_thread.start()
         threading.Thread(target=self._execute, name=f"leasecron-run-{name}", daemon=True).start()
 
     # -- the run thread --------------------------------------------------------
@@ -103,7 +105,10 @@ class LiveRun:
         try:
             self._conclude(error)
         finally:
+            # "ended" means no thread of this run touches the store any more: a
+            # heartbeat still in flight is waited for (at most one lease).
             self._stop_beating.set()
+            self._heartbeat_thread.join(self._lease_s)
             self.ended.set()
             self.engine.run_ended(self)
 

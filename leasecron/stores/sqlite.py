@@ -89,6 +89,22 @@ class _SQLiteTable(Table):
         self._conn.execute(self._q["prune"], {"job": job, "keep": keep, "horizon_ms": horizon_ms})
 
 
+class _Handle:
+    """One thread's connection, and the lock each of its operations holds."""
+
+    __slots__ = ("conn", "lock", "closed")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.conn.close()
+
+
 class SQLiteStore(TableStore):
     """The store contract in a SQLite database file (``sqlite:///path.db``).
 
@@ -112,7 +128,7 @@ class SQLiteStore(TableStore):
         self._q = load_queries("sqlite", table=self.table)
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: List[sqlite3.Connection] = []
+        self._handles: List[_Handle] = []
         self._pid = os.getpid()
         self._schema_ready = False
         self._closed = False
@@ -149,20 +165,33 @@ class SQLiteStore(TableStore):
 
     # -- connections -----------------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
+    @contextmanager
+    def _using(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, held for one operation.
+
+        ``close()`` from another thread never pulls a connection away in the
+        middle of an operation (CPython's sqlite3 would crash): it closes the
+        idle ones, and an operation in progress closes its own when it ends.
+        """
         if self._closed:
             raise StoreError(f"{self!r} is closed")
         if self._pid != os.getpid():
             self._after_fork()
-        conn: Optional[sqlite3.Connection] = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
+        handle: Optional[_Handle] = getattr(self._local, "handle", None)
+        if handle is None:
+            handle = self._local.handle = _Handle(self._connect())
             with self._lock:
-                self._connections.append(conn)
-        if not self._schema_ready:
-            self._create_schema(conn)
-        return conn
+                self._handles.append(handle)
+        with handle.lock:
+            if handle.closed:
+                raise StoreError(f"{self!r} is closed")
+            try:
+                if not self._schema_ready:
+                    self._create_schema(handle.conn)
+                yield handle.conn
+            finally:
+                if self._closed:
+                    handle.close()
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -185,7 +214,7 @@ class SQLiteStore(TableStore):
         self._pid = os.getpid()
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections = []
+        self._handles = []
 
     def _create_schema(self, conn: sqlite3.Connection) -> None:
         with self._lock:
@@ -233,39 +262,45 @@ class SQLiteStore(TableStore):
 
     @contextmanager
     def _write(self) -> Iterator[Tuple[Table, int]]:
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise _store_error(exc, "cannot begin a write transaction") from exc
-        try:
-            yield _SQLiteTable(conn, self._q), self.now_ms()
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.in_transaction:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-            if isinstance(exc, sqlite3.Error):
-                raise _store_error(exc, "write failed") from exc
-            raise
+        with self._using() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _store_error(exc, "cannot begin a write transaction") from exc
+            try:
+                yield _SQLiteTable(conn, self._q), self.now_ms()
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if isinstance(exc, sqlite3.Error):
+                    raise _store_error(exc, "write failed") from exc
+                raise
 
     @contextmanager
     def _read(self) -> Iterator[Table]:
-        conn = self._connection()
-        try:
-            yield _SQLiteTable(conn, self._q)
-        except sqlite3.Error as exc:
-            raise _store_error(exc, "read failed") from exc
+        with self._using() as conn:
+            try:
+                yield _SQLiteTable(conn, self._q)
+            except sqlite3.Error as exc:
+                raise _store_error(exc, "read failed") from exc
 
     def close(self) -> None:
+        """Close every connection; one in use by another thread closes when its operation ends."""
         with self._lock:
-            connections, self._connections = self._connections, []
+            handles, self._handles = self._handles, []
             self._closed = True
-        if self._pid == os.getpid():
-            for conn in connections:
-                conn.close()
+        if self._pid != os.getpid():
+            return  # a forked child must not close its parent's connections
+        for handle in handles:
+            if handle.lock.acquire(blocking=False):
+                try:
+                    handle.close()
+                finally:
+                    handle.lock.release()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, table={self.table!r})"
