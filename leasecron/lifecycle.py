@@ -11,7 +11,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 __all__ = ["handle_signals", "STOP_SIGNALS"]
 
@@ -19,7 +19,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
-def handle_signals(callback: Callable[[int], None], signals: tuple = STOP_SIGNALS) -> Iterator[bool]:
+def handle_signals(callback: Callable[[int], None], signals: Tuple[int, ...] = STOP_SIGNALS) -> Iterator[bool]:
     """Call ``callback(signum)`` on each of ``signals`` while the block runs.
 
     Yields whether the handlers were installed (only on the main thread).

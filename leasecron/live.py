@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from .context import LOST, STOP, Context, Signal
 from .errors import Aborted
@@ -74,7 +74,7 @@ class LiveRun:
         self._heartbeat_thread = threading.Thread(target=self._beat, daemon=True)
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> Tuple[str, int]:
         """(job, slot_ms): what the store knows this run by."""
         return (self.run.job, self.run.slot_ms)
 

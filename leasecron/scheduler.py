@@ -72,7 +72,7 @@ class LeaseCron:
         for name, value, minimum in (("stop_timeout_ms", stop_timeout_ms, 0), ("claim_threads", claim_threads, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConfigError(f"LeaseCron: {name} must be an integer >= {minimum}, not {value!r}")
-        given = dict(
+        given: Dict[str, Any] = dict(
             lease_ms=lease_ms,
             heartbeat_ms=heartbeat_ms,
             max_attempts=max_attempts,

@@ -58,12 +58,12 @@ class CronSchedule(Schedule):
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone(self._zone)
 
     def next_after(self, ms: int) -> int:
-        slot = croniter(self.expression, self._at(ms)).get_next(datetime)
+        slot: datetime = croniter(self.expression, self._at(ms)).get_next(datetime)
         return round(slot.timestamp() * 1000)
 
     def at_or_before(self, ms: int) -> Optional[int]:
         try:
-            slot = croniter(self.expression, self._at(ms + 1)).get_prev(datetime)
+            slot: datetime = croniter(self.expression, self._at(ms + 1)).get_prev(datetime)
         except CroniterError:
             return None
         return round(slot.timestamp() * 1000)

@@ -114,8 +114,8 @@ class Demo:
         self.events: "queue.Queue[Tuple[Worker, Dict[str, Any]]]" = queue.Queue()
         self.log: List[Tuple[str, Dict[str, Any]]] = []  # every worker event, in arrival order
         self.workers: List[Worker] = []
-        self.active: Dict[Tuple[int, int], str] = {}  # (slot, attempt) -> runner, between start and end
-        self.succeeded: Set[int] = set()
+        self.active: Dict[Tuple[Any, Any], str] = {}  # (slot, attempt) -> runner, between start and end
+        self.succeeded: Set[Any] = set()
         self.phase = "kill-wait"
         self.kill: Optional[Story] = None
         self.term: Optional[Story] = None
@@ -368,13 +368,13 @@ class Demo:
             story.signal_ms = self.send(story.victim, signal.SIGTERM, "terminated", story.slot_ms)
             story.deadline = mono + story.wait_s
             self.phase = "term-watch"
-        story = self.kill if self.phase == "kill-watch" else self.term if self.phase == "term-watch" else None
-        if story is not None and mono >= story.deadline:
-            what = "no takeover" if story is self.kill else "no hand-over and takeover"
-            self.say(f"{what} of this slot seen within {story.wait_s:.1f} s", story.slot_ms)
-            self.notes.append(f"{what} was seen after the {'kill' if story is self.kill else 'SIGTERM'}")
-            self.restart(story.victim)
-            self.phase = "term-wait" if story is self.kill else "done"
+        watched = self.kill if self.phase == "kill-watch" else self.term if self.phase == "term-watch" else None
+        if watched is not None and mono >= watched.deadline:
+            what = "no takeover" if watched is self.kill else "no hand-over and takeover"
+            self.say(f"{what} of this slot seen within {watched.wait_s:.1f} s", watched.slot_ms)
+            self.notes.append(f"{what} was seen after the {'kill' if watched is self.kill else 'SIGTERM'}")
+            self.restart(watched.victim)
+            self.phase = "term-wait" if watched is self.kill else "done"
 
     def give_up_waiting(self) -> None:
         if self.phase == "kill-wait":

@@ -166,7 +166,8 @@ MAX_INT = 2**50
 
 
 def _check_name(job: object) -> None:
-    _require(isinstance(job, str) and job != "", f"job name must be a non-empty string, not {job!r}")
+    if not isinstance(job, str) or job == "":
+        raise ConfigError(f"job name must be a non-empty string, not {job!r}")
     _require("\x00" not in job, f"job name must not contain a NUL character: {job!r}")
 
 
