@@ -160,3 +160,11 @@ def stored(store: Store, job: str, slot_ms: int) -> Run:
     run = store.get_run(job, slot_ms)
     assert run is not None, f"no run of {job!r} at {slot_ms}"
     return run
+
+
+def every_second(cron: LeaseCron, name: str = "job") -> "tuple[Recorder, int]":
+    """Start ``cron`` with a no-op job every second; its recorder and the first slot that succeeded."""
+    rec = Recorder(cron)
+    cron.add_job(lambda: None, 1, name=name)
+    cron.start()
+    return rec, rec.wait("success", timeout=3).slot_ms

@@ -15,6 +15,7 @@ from tests.engine.support import (
     Recorder,
     align,
     dead_claim,
+    every_second,
     latest_hourly_slot,
     stored,
     wait_store_time,
@@ -114,10 +115,7 @@ def test_missed_latest_slot_is_claimed_with_reason_catch_up_after_the_jitter(mak
 def test_only_the_latest_missed_slot_is_caught_up(make_cron: MakeCron) -> None:
     """Catch-up step 2: after a gap of several slots only the latest slot is caught up, once."""
     a = make_cron("a", catch_up_ms=0)
-    rec_a = Recorder(a)
-    a.add_job(lambda: None, 1, name="job")
-    a.start()
-    last = rec_a.wait("success", timeout=3).slot_ms
+    rec_a, last = every_second(a)
     a.stop(timeout=1)
     assert a.store.get_run("job", last + 1_000) is None
     wait_store_time(a.store, last + 3_000)  # slots last+1 s, +2 s, +3 s pass with nobody running

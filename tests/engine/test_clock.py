@@ -6,10 +6,9 @@ from __future__ import annotations
 import time
 from typing import List
 
-
 from leasecron import LeaseCron, MemoryStore
 from tests.engine.conftest import MakeCron
-from tests.engine.support import FAST, Recorder, stored
+from tests.engine.support import FAST, Recorder, every_second, stored
 from tests.helpers import wait_for
 
 
@@ -20,10 +19,7 @@ def wall_ms() -> int:
 def test_claim_refused_as_late_emits_skip_late(make_cron: MakeCron) -> None:
     """A claim refused as late (a newer slot has a run) emits skip "late", creates no run, and later slots run."""
     b = make_cron("b", catch_up_ms=0)
-    rec = Recorder(b)
-    b.add_job(lambda: None, 1, name="job")
-    b.start()
-    first = rec.wait("success", timeout=3).slot_ms
+    rec, first = every_second(b)
     store = b.store
     # another instance already ran the slot after next (a clock ahead, or a late claim of ours)
     newer = store.claim("job", first + 2_000, runner="other", lease_ms=5_000)

@@ -3,20 +3,69 @@ lease that could not be renewed for lease_ms, makes the run lost)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
-from typing import Dict, List
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterator, List
 
 import pytest
 
-from leasecron import Aborted, Context, LeaseCron, open_store
+from leasecron import Aborted, Context, LeaseCron, Run, Store, open_store
 from tests.conftest import Backend
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import CATCH_UP_HOUR, FAST, HOURLY, Calls, Recorder, handler, stored
+from tests.engine.support import (
+    CATCH_UP_HOUR,
+    FAST,
+    HOURLY,
+    Calls,
+    Recorder,
+    handler,
+    stored,
+)
 from tests.helpers import wait_for
 
 LEASE, HEARTBEAT = FAST["lease_ms"], FAST["heartbeat_ms"]
 MARGIN = 150
+
+
+@dataclasses.dataclass
+class Locked:
+    """An instance on SQLite whose run is live, and a connection that can take the file's write lock."""
+
+    cron: LeaseCron
+    rec: Recorder
+    ctx: Context
+    observer: Store
+    locker: sqlite3.Connection
+
+    def stored(self) -> Run:
+        return stored(self.observer, "job", self.ctx.slot_ms)
+
+
+@contextmanager
+def live_run_on_sqlite(
+    backend: Backend, busy_timeout_ms: int, lease: int, body: Callable[[Context], object]
+) -> Iterator[Locked]:
+    """Start one instance whose hourly job runs ``body`` at once (catch-up); stop and unlock at exit."""
+    store = open_store(backend.url() + f"&busy_timeout_ms={busy_timeout_ms}")
+    cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(cron)
+    calls = Calls()
+    cron.add_job(handler(store, calls, body), HOURLY, name="job")
+    observer = backend.open()
+    locker = sqlite3.connect(str(backend.tmp_path / "leasecron.db"), isolation_level=None)
+    try:
+        cron.start()
+        ctx = calls.wait(1, timeout=3)[0]
+        stored(observer, "job", ctx.slot_ms)  # the observer's connection is open (schema checked)
+        yield Locked(cron, rec, ctx, observer, locker)
+    finally:
+        if locker.in_transaction:
+            locker.execute("ROLLBACK")
+        locker.close()
+        cron.stop(timeout=1)
+        store.close()
 
 
 @pytest.mark.parametrize("then", ["returns", "raises"])
@@ -64,33 +113,22 @@ def test_refused_heartbeat_aborts_with_lost_and_the_run_is_never_touched_again(
     assert [e.type for e in rec.of()] == ["start", "lost"]
 
 
-def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(
-    sqlite_backend: Backend, tmp_path: object
-) -> None:
+def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(sqlite_backend: Backend) -> None:
     """A runner that cannot renew for lease_ms (store unreachable) is lost before its stored lease ends."""
     lease = 600
-    store = open_store(sqlite_backend.url() + "&busy_timeout_ms=50")
-    cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
-    rec = Recorder(cron)
-    calls = Calls()
     seen: List[object] = []
 
     def body(ctx: Context) -> None:
         ctx.signal.wait(5)
         seen.append(ctx.signal.reason)
 
-    cron.add_job(handler(store, calls, body), HOURLY, name="job")
-    observer = sqlite_backend.open()
-    locker = sqlite3.connect(str(sqlite_backend.tmp_path / "leasecron.db"), isolation_level=None)  # type: ignore[attr-defined]
-    try:
-        cron.start()
-        ctx = calls.wait(1, timeout=3)[0]
-        first = stored(observer, "job", ctx.slot_ms).lease_end_ms
-        wait_for(lambda: stored(observer, "job", ctx.slot_ms).lease_end_ms > first, 2)  # renewals work
-        locker.execute("BEGIN IMMEDIATE")  # from now on no write reaches the store
-        lease_end = stored(observer, "job", ctx.slot_ms).lease_end_ms  # WAL: reads still work
-        lost = rec.wait("lost", timeout=(lease + 1_000) / 1000)
-        lost_at = rec.time_of(lost)
+    with live_run_on_sqlite(sqlite_backend, 50, lease, body) as t:
+        first = t.stored().lease_end_ms
+        wait_for(lambda: t.stored().lease_end_ms > first, 2)  # renewals work
+        t.locker.execute("BEGIN IMMEDIATE")  # from now on no write reaches the store
+        lease_end = t.stored().lease_end_ms  # WAL: reads still work
+        lost = t.rec.wait("lost", timeout=(lease + 1_000) / 1000)
+        lost_at = t.rec.time_of(lost)
         assert lost_at <= lease_end + 50, (lost_at - lease_end)
         assert lost_at >= lease_end - lease // 2, "gave up long before lease_ms without a renewal"
         assert "lease" in (lost.error or "")
@@ -98,52 +136,26 @@ def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(
         # a heartbeat sent just before the deadline may still be waiting for the lock (busy
         # timeout 50 ms); let it fail, then make the store reachable again: no new write follows
         threading.Event().wait(0.2)
-        locker.execute("ROLLBACK")
-        wait_for(lambda: cron.live_runs() == [], 2)
+        t.locker.execute("ROLLBACK")
+        wait_for(lambda: t.cron.live_runs() == [], 2)
         threading.Event().wait(2 * HEARTBEAT / 1000)
-        run = stored(observer, "job", ctx.slot_ms)
-        assert (run.status, run.token, run.lease_end_ms) == ("running", ctx.token, lease_end)
-        assert rec.of("success") == [] and rec.of("failed") == []
-    finally:
-        if locker.in_transaction:
-            locker.execute("ROLLBACK")
-        locker.close()
-        cron.stop(timeout=1)
-        store.close()
+        run = t.stored()
+        assert (run.status, run.token, run.lease_end_ms) == ("running", t.ctx.token, lease_end)
+        assert t.rec.of("success") == [] and t.rec.of("failed") == []
 
 
 def test_heartbeat_landing_after_self_fencing_is_released_at_once(sqlite_backend: Backend) -> None:
     """A heartbeat stuck in the store past the local deadline that then renews the lost run is released."""
     lease = 600
-    store = open_store(sqlite_backend.url() + "&busy_timeout_ms=3000")  # a heartbeat waits for the lock
-    cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
-    rec = Recorder(cron)
-    calls = Calls()
-    cron.add_job(handler(store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name="job")
-    observer = sqlite_backend.open()
-    locker = sqlite3.connect(str(sqlite_backend.tmp_path / "leasecron.db"), isolation_level=None)  # type: ignore[attr-defined]
-    try:
-        cron.start()
-        ctx = calls.wait(1, timeout=3)[0]
-        stored(observer, "job", ctx.slot_ms)  # the observer's connection is open (schema checked)
-        locker.execute("BEGIN IMMEDIATE")  # the next heartbeat blocks in the store
-        rec.wait("lost", timeout=(lease + 1_000) / 1000)  # fenced by the local deadline meanwhile
-        assert not stored(observer, "job", ctx.slot_ms).handed_over
-        locker.execute("ROLLBACK")  # the blocked heartbeat lands and renews the lease
-        run = wait_for(
-            lambda: (r := stored(observer, "job", ctx.slot_ms)).handed_over and r,
-            2,
-            message="the stray renewal was not released",
-        )
-        assert (run.status, run.token, run.attempt) == ("running", ctx.token, 1)
-        assert run.lease_end_ms <= observer.now_ms()
-        assert rec.of("success") == [] and rec.of("failed") == [] and rec.of("handover") == []
-    finally:
-        if locker.in_transaction:
-            locker.execute("ROLLBACK")
-        locker.close()
-        cron.stop(timeout=1)
-        store.close()
+    with live_run_on_sqlite(sqlite_backend, 3_000, lease, lambda ctx: ctx.signal.wait(5)) as t:
+        t.locker.execute("BEGIN IMMEDIATE")  # the next heartbeat blocks in the store (busy timeout 3 s)
+        t.rec.wait("lost", timeout=(lease + 1_000) / 1000)  # fenced by the local deadline meanwhile
+        assert not t.stored().handed_over
+        t.locker.execute("ROLLBACK")  # the blocked heartbeat lands and renews the lease
+        run = wait_for(lambda: (r := t.stored()).handed_over and r, 2, message="the stray renewal was not released")
+        assert (run.status, run.token, run.attempt) == ("running", t.ctx.token, 1)
+        assert run.lease_end_ms <= t.observer.now_ms()
+        assert t.rec.of("success") == [] and t.rec.of("failed") == [] and t.rec.of("handover") == []
 
 
 def test_handler_returning_after_a_takeover_is_refused_and_lost(
@@ -172,33 +184,16 @@ def test_handler_returning_after_a_takeover_is_refused_and_lost(
 
 def test_store_briefly_unreachable_is_retried_and_the_run_recorded(sqlite_backend: Backend) -> None:
     """Transient store failures are retried while they matter: the finish lands once the store is back."""
-    lease = 800
-    store = open_store(sqlite_backend.url() + "&busy_timeout_ms=20")
-    cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
-    rec = Recorder(cron)
-    calls = Calls()
     go = threading.Event()
-    cron.add_job(handler(store, calls, lambda ctx: go.wait(5)), HOURLY, name="job")
-    observer = sqlite_backend.open()
-    locker = sqlite3.connect(str(sqlite_backend.tmp_path / "leasecron.db"), isolation_level=None)  # type: ignore[attr-defined]
-    try:
-        cron.start()
-        ctx = calls.wait(1, timeout=3)[0]
-        stored(observer, "job", ctx.slot_ms)  # the observer's connection is open (schema checked)
-        locker.execute("BEGIN IMMEDIATE")
-        lease_end = stored(observer, "job", ctx.slot_ms).lease_end_ms
+    with live_run_on_sqlite(sqlite_backend, 20, 800, lambda ctx: go.wait(5)) as t:
+        t.locker.execute("BEGIN IMMEDIATE")
+        lease_end = t.stored().lease_end_ms
         go.set()  # the handler returns while the store is unreachable: the finish is retried
         threading.Event().wait(0.3)
-        assert stored(observer, "job", ctx.slot_ms).status == "running"
-        locker.execute("ROLLBACK")
-        rec.wait("success", timeout=1)
-        run = stored(observer, "job", ctx.slot_ms)
-        assert run.status == "success" and run.token == ctx.token
+        assert t.stored().status == "running"
+        t.locker.execute("ROLLBACK")
+        t.rec.wait("success", timeout=1)
+        run = t.stored()
+        assert run.status == "success" and run.token == t.ctx.token
         assert run.finished_ms is not None and run.finished_ms < lease_end
-        assert rec.of("lost") == []
-    finally:
-        if locker.in_transaction:
-            locker.execute("ROLLBACK")
-        locker.close()
-        cron.stop(timeout=1)
-        store.close()
+        assert t.rec.of("lost") == []

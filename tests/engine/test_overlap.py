@@ -8,7 +8,7 @@ from typing import Dict, List
 
 from leasecron import Context
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import Calls, Recorder, handler, stored
+from tests.engine.support import Calls, Recorder, every_second, handler, stored
 from tests.helpers import wait_for
 
 MARGIN = 150
@@ -87,10 +87,7 @@ def test_allow_runs_slots_side_by_side(make_cron: MakeCron) -> None:
 def test_dead_earlier_run_does_not_block(make_cron: MakeCron) -> None:
     """Overlap: a dead earlier run doesn't block; the new slot starts and the old run is interrupted."""
     b = make_cron("b", catch_up_ms=0)
-    rec = Recorder(b)
-    b.add_job(lambda: None, 1, name="job")
-    b.start()
-    first = rec.wait("success", timeout=3).slot_ms
+    rec, first = every_second(b)
     store = b.store
     # a run of the job that b never saw, between two of its slots, whose runner died at once
     dead = store.claim("job", first + 500, runner="dead", lease_ms=1)

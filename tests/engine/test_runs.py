@@ -11,7 +11,15 @@ import pytest
 
 from leasecron import Context, Event, Signal
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import CATCH_UP_HOUR, HOURLY, Calls, Recorder, handler, latest_hourly_slot, stored
+from tests.engine.support import (
+    CATCH_UP_HOUR,
+    HOURLY,
+    Calls,
+    Recorder,
+    handler,
+    latest_hourly_slot,
+    stored,
+)
 from tests.helpers import wait_for
 
 LEASE, HEARTBEAT = 500, 100

@@ -16,6 +16,7 @@ from tests.engine.support import (
     Calls,
     Recorder,
     dead_claim,
+    every_second,
     handler,
     latest_hourly_slot,
     stored,
@@ -208,10 +209,7 @@ def test_context_manager_starts_and_stops(backend: Backend) -> None:
 def test_stopped_instance_can_be_started_again(make_cron: MakeCron) -> None:
     """After stop(), start() runs the jobs again."""
     a = make_cron("a", catch_up_ms=0)
-    rec = Recorder(a)
-    a.add_job(lambda: None, 1, name="job")
-    a.start()
-    first = rec.wait("success", timeout=3).slot_ms
+    rec, first = every_second(a)
     a.stop(timeout=1)
     count = len(rec.of("start"))
     a.start()
