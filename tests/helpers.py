@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import queue
 import time
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, TypeVar
 
 import pytest
 
@@ -22,3 +24,32 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(message or f"condition not met within {timeout} s: {condition}")
         time.sleep(interval)
+
+
+def race_in_processes(target: Callable[..., None], args: Sequence[Sequence[Any]], timeout: float = 30) -> List[Any]:
+    """Run ``target(*a, barrier, results)`` in one spawned process per ``a`` in ``args``.
+
+    Every child gets a barrier for all of them (to start a race at once) and a
+    queue to put its one result on. Returns the results; fails the test if a
+    child does not report within ``timeout`` or exits with an error code.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(args))
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, barrier, results), daemon=True) for a in args]
+    for p in procs:
+        p.start()
+    collected: List[Any] = []
+    try:
+        for _ in procs:
+            collected.append(results.get(timeout=timeout))
+    except queue.Empty:
+        pytest.fail(f"only {len(collected)} of {len(procs)} processes reported: {collected}")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return collected

@@ -7,8 +7,6 @@ its URL. A barrier releases every claimant at once.
 
 from __future__ import annotations
 
-import multiprocessing
-import queue as queue_module
 import sys
 import threading
 import time
@@ -18,7 +16,7 @@ import pytest
 
 import leasecron
 from leasecron import Claim, Store
-from tests.helpers import wait_for
+from tests.helpers import race_in_processes, wait_for
 
 THREADS = 16
 PROCESSES = 4
@@ -173,33 +171,7 @@ def claim_in_process(
 
 
 def _race_processes(url: str, slot_ms: int, reason: str) -> List[Tuple[str, str, Optional[str], Optional[int]]]:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=claim_in_process,
-            args=(url, JOB, slot_ms, reason, f"p{i}", barrier, results),
-            daemon=True,
-        )
-        for i in range(PROCESSES)
-    ]
-    for p in procs:
-        p.start()
-    collected = []
-    try:
-        for _ in procs:
-            collected.append(results.get(timeout=30))
-    except queue_module.Empty:
-        pytest.fail(f"only {len(collected)} of {PROCESSES} processes reported: {collected}")
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    collected = race_in_processes(claim_in_process, [(url, JOB, slot_ms, reason, f"p{i}") for i in range(PROCESSES)])
     assert not [c for c in collected if c[1] == "error"], collected
     return collected
 

@@ -7,8 +7,6 @@ the embedded store has.
 
 from __future__ import annotations
 
-import multiprocessing
-import queue as queue_module
 import sqlite3
 import threading
 import time
@@ -20,6 +18,7 @@ import pytest
 
 import leasecron
 from leasecron import SQLiteStore
+from tests.helpers import race_in_processes
 
 JOB = "job"
 
@@ -327,26 +326,7 @@ def test_processes_opening_a_fresh_file_at_once_agree(tmp_path: Path) -> None:
     """4 processes opening a new database file at the same moment all create the schema safely; one claim wins."""
     url = _url(tmp_path / "fresh.db")
     slot = int(time.time() * 1000) - 1_000
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(4)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(target=open_and_claim, args=(url, slot, f"p{i}", barrier, results), daemon=True)
-        for i in range(4)
-    ]
-    for p in procs:
-        p.start()
-    collected: List[Any] = []
-    try:
-        for _ in procs:
-            collected.append(results.get(timeout=30))
-    except queue_module.Empty:
-        pytest.fail(f"only {len(collected)} of 4 processes reported: {collected}")
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    collected = race_in_processes(open_and_claim, [(url, slot, f"p{i}") for i in range(4)])
     assert sorted(c[1] for c in collected) == ["running", "running", "running", "won"], collected
     with leasecron.open_store(url) as store:
         run: Optional[leasecron.Run] = store.get_run(JOB, slot)
