@@ -149,16 +149,12 @@ class Engine:
             lambda: self.store.unfinished(job.name), time.monotonic() + 2 * job.options.heartbeat_ms / 1000
         )
         for run in unfinished:
-            if latest is not None and run.slot_ms < latest:
-                if run.lease_end_ms > now:
-                    self._watch(job, run.slot_ms)  # lease alive: a backup of it
-                # else a newer slot is due: leave it; the next run replaces it
-                continue
             claimed_latest = claimed_latest or run.slot_ms == latest
-            if run.lease_end_ms > now:
-                self._watch(job, run.slot_ms)
-            else:  # expired and still the latest: claim the next attempt now
-                self._watch(job, run.slot_ms, delay_ms=0)
+            if run.lease_alive(now):
+                self._watch(job, run.slot_ms)  # lease alive: a backup of it
+            elif latest is None or run.slot_ms >= latest:
+                self._watch(job, run.slot_ms, delay_ms=0)  # expired, still the latest: claim the next attempt now
+            # else expired with a newer slot due: leave it; the next run replaces it
         catch_up = job.options.catch_up_ms
         if latest is not None and not claimed_latest and catch_up > 0 and now - latest < catch_up:
             self._timers.call_later(self._jitter(job), self._submit, self._claim, job, latest, CATCH_UP)

@@ -25,10 +25,6 @@ class Job:
     options: JobOptions
     takes_context: bool
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the handler directly (for tests of a job's own logic)."""
-        return self.func(*args, **kwargs)
-
 
 def make_job(
     func: Handler,

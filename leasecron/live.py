@@ -78,11 +78,6 @@ class LiveRun:
         """(job, slot_ms): what the store knows this run by."""
         return (self.run.job, self.run.slot_ms)
 
-    @property
-    def state(self) -> str:
-        """running, finishing, ended, lost or abandoned."""
-        return self._state
-
     def start(self) -> None:
         """Start the run thread and the heartbeat thread."""
         name = f"{self.run.job}@{self.run.slot_ms}#{self.run.attempt}"

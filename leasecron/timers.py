@@ -60,14 +60,6 @@ class Timers:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    @property
-    def alive(self) -> bool:
-        """True while the scheduler thread runs."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
     def _loop(self) -> None:
         while True:
             with self._cond:
