@@ -5,6 +5,9 @@ URL                                    class            clock
 =====================================  ===============  ===================
 ``sqlite:///relative.db``,             SQLiteStore      the host's clock
 ``sqlite:////abs/path.db``
+``redis://[user:pass@]host:port/db``,  RedisStore       the server's ``TIME``
+``rediss://`` (TLS), ``valkey://``,
+``valkeys://``; ``?cluster=true``
 ``memory://``                          MemoryStore      the process clock
 =====================================  ===============  ===================
 
@@ -30,6 +33,10 @@ __all__ = ["Store", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHE
 SCHEMES: Dict[str, Tuple[str, str]] = {
     "memory": ("leasecron.stores.memory", "MemoryStore"),
     "sqlite": ("leasecron.stores.sqlite", "SQLiteStore"),
+    "redis": ("leasecron.stores.redis", "RedisStore"),
+    "rediss": ("leasecron.stores.redis", "RedisStore"),
+    "valkey": ("leasecron.stores.redis", "RedisStore"),
+    "valkeys": ("leasecron.stores.redis", "RedisStore"),
 }
 
 

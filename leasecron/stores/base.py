@@ -139,6 +139,14 @@ class Store(abc.ABC):
     def jobs(self) -> List[str]:
         """The names of the jobs that have stored runs, sorted."""
 
+    def server_version(self) -> str:
+        """The kind and version of the server behind the store, for ``leasecron check``.
+
+        For example ``Redis 7.0.15``, ``Valkey 9.1.2`` or ``SQLite 3.40.1``. A
+        store written by a user may keep this default.
+        """
+        return type(self).__name__
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store's connections. The store is not used afterwards."""

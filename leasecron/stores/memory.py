@@ -107,6 +107,10 @@ class MemoryStore(TableStore):
         with self._lock:
             yield self._table
 
+    def server_version(self) -> str:
+        """``memory (this process)``: there is no server."""
+        return "memory (this process)"
+
     def close(self) -> None:
         """Nothing to release: the runs stay in memory while the store lives."""
 

@@ -163,6 +163,10 @@ class SQLiteStore(TableStore):
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
+    def server_version(self) -> str:
+        """``SQLite <version>`` of the library this Python links."""
+        return f"SQLite {sqlite3.sqlite_version}"
+
     # -- connections -----------------------------------------------------------
 
     @contextmanager

@@ -1,0 +1,99 @@
+-- claim.lua: Store.claim, the rules of docs/leases.txt, atomically on the
+-- server's clock.
+-- KEYS: the job's runs, slots, running, finished (see common.lua).
+-- ARGV[1] slot_ms       the slot claimed (decimal string)
+-- ARGV[2] token         the token of the attempt, if this claim wins one
+-- ARGV[3] runner        who claims
+-- ARGV[4] reason        'schedule', 'catch-up' or 'takeover'
+-- ARGV[5] lease_ms      ARGV[6] max_attempts   ARGV[7] max_late_ms
+-- ARGV[8] overlap       'skip' or 'allow'
+-- ARGV[9] history_size  finished runs to keep
+-- Returns: {outcome} or {outcome, slot_ms, run JSON}, outcome one of
+-- won, running, overlap, late, early, done, none.
+
+local slot = ARGV[1]
+local slot_ms = tonumber(slot)
+local token, runner, reason = ARGV[2], ARGV[3], ARGV[4]
+local lease_ms = tonumber(ARGV[5])
+local max_attempts = tonumber(ARGV[6])
+local max_late_ms = tonumber(ARGV[7])
+local overlap = ARGV[8]
+local history_size = tonumber(ARGV[9])
+local now = now_ms()
+
+local function won(run)
+  run.token = token
+  run.runner = runner
+  run.reason = reason
+  run.lease_end_ms = now + lease_ms
+  run.released = 0
+  run.started_ms = now
+  return {'won', slot, save(slot, run)}
+end
+
+-- The slot already has a run.
+local raw = redis.call('HGET', K.runs, slot)
+if raw then
+  local run = decode(raw)
+  if run.status ~= 'running' then
+    return {'done', slot, raw}
+  end
+  if run.lease_end_ms > now then
+    return {'running', slot, raw}
+  end
+  local newest = newest_slot()
+  if tonumber(newest) > slot_ms then
+    return {'done', slot, finish_run(slot, run, now, 'interrupted', superseded(tonumber(newest)))}
+  end
+  if run.attempt - run.handovers >= max_attempts then
+    local why = 'max_attempts (' .. int(max_attempts) .. ') used up by runners that died'
+    return {'done', slot, finish_run(slot, run, now, 'interrupted', why)}
+  end
+  run.attempt = run.attempt + 1
+  return won(run)
+end
+
+-- A new claim.
+if reason == 'takeover' then
+  return {'none'}
+end
+if slot_ms > now + EARLY_TOLERANCE_MS then
+  return {'early'}
+end
+if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS then
+  return {'late'}
+end
+local newest = newest_slot()
+if newest and tonumber(newest) > slot_ms then
+  return {'late', newest, redis.call('HGET', K.runs, newest)}
+end
+local earlier = redis.call('ZREVRANGEBYSCORE', K.running, '(' .. slot, '-inf')
+if overlap == 'skip' then
+  for _, at in ipairs(earlier) do
+    if load(at).lease_end_ms > now then
+      return {'overlap', at, redis.call('HGET', K.runs, at)}
+    end
+  end
+end
+for _, at in ipairs(earlier) do
+  local old = load(at)
+  if old.lease_end_ms <= now then
+    finish_run(at, old, now, 'interrupted', superseded(slot_ms))
+  end
+end
+
+local answer = won({attempt = 1, status = 'running', handovers = 0})
+redis.call('ZADD', K.slots, slot, slot)
+redis.call('ZADD', K.running, slot, slot)
+
+-- Keep the newest history_size finished runs; never the job's newest run
+-- (this one), a running run, or one whose slot is within the late horizon.
+local horizon = now - max_late_ms - LATE_TOLERANCE_MS
+for _, at in ipairs(redis.call('ZREVRANGE', K.finished, history_size, -1)) do
+  if tonumber(at) < horizon and at ~= slot then
+    redis.call('HDEL', K.runs, at)
+    redis.call('ZREM', K.slots, at)
+    redis.call('ZREM', K.finished, at)
+  end
+end
+return answer
