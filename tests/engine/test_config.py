@@ -267,7 +267,7 @@ def test_store_url_string_is_accepted(backend: Backend) -> None:
     cron = LeaseCron(backend.url(), runner="r")
     try:
         assert isinstance(cron.store, leasecron.Store)
-        assert cron.store.kind == backend.name
+        assert cron.store.kind == backend.kind
         assert abs(cron.store.now_ms() - backend.open().now_ms()) < 1_000
     finally:
         cron.store.close()

@@ -4,7 +4,6 @@ lease that could not be renewed for lease_ms, makes the run lost)."""
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 import threading
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, List
@@ -12,7 +11,7 @@ from typing import Callable, Dict, Iterator, List
 import pytest
 
 from leasecron import Aborted, Context, LeaseCron, Run, Store, open_store
-from tests.conftest import Backend
+from tests.conftest import Backend, WriteBlocker
 from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
     CATCH_UP_HOUR,
@@ -31,38 +30,39 @@ MARGIN = 150
 
 @dataclasses.dataclass
 class Locked:
-    """An instance on SQLite whose run is live, and a connection that can take the file's write lock."""
+    """An instance whose run is live, and a handle that can hold back every write to its store."""
 
     cron: LeaseCron
     rec: Recorder
     ctx: Context
     observer: Store
-    locker: sqlite3.Connection
+    locker: WriteBlocker
 
     def stored(self) -> Run:
         return stored(self.observer, "job", self.ctx.slot_ms)
 
 
 @contextmanager
-def live_run_on_sqlite(
-    backend: Backend, busy_timeout_ms: int, lease: int, body: Callable[[Context], object]
+def live_run_on_stallable(
+    backend: Backend, give_up_ms: int, lease: int, body: Callable[[Context], object]
 ) -> Iterator[Locked]:
-    """Start one instance whose hourly job runs ``body`` at once (catch-up); stop and unlock at exit."""
-    store = open_store(backend.url() + f"&busy_timeout_ms={busy_timeout_ms}")
+    """Start one instance whose hourly job runs ``body`` at once (catch-up); stop and unblock at exit.
+
+    The instance's store operations give up after ``give_up_ms`` when held back.
+    """
+    locker = backend.write_blocker()
+    store = open_store(backend.url_giving_up_after(give_up_ms))
     cron = LeaseCron(store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
     rec = Recorder(cron)
     calls = Calls()
     cron.add_job(handler(store, calls, body), HOURLY, name="job")
     observer = backend.open()
-    locker = sqlite3.connect(str(backend.tmp_path / "leasecron.db"), isolation_level=None)
     try:
         cron.start()
         ctx = calls.wait(1, timeout=3)[0]
         stored(observer, "job", ctx.slot_ms)  # the observer's connection is open (schema checked)
         yield Locked(cron, rec, ctx, observer, locker)
     finally:
-        if locker.in_transaction:
-            locker.execute("ROLLBACK")
         locker.close()
         cron.stop(timeout=1)
         store.close()
@@ -113,7 +113,7 @@ def test_refused_heartbeat_aborts_with_lost_and_the_run_is_never_touched_again(
     assert [e.type for e in rec.of()] == ["start", "lost"]
 
 
-def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(sqlite_backend: Backend) -> None:
+def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(process_backend: Backend) -> None:
     """A runner that cannot renew for lease_ms (store unreachable) is lost before its stored lease ends."""
     lease = 600
     seen: List[object] = []
@@ -122,21 +122,21 @@ def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(s
         ctx.signal.wait(5)
         seen.append(ctx.signal.reason)
 
-    with live_run_on_sqlite(sqlite_backend, 50, lease, body) as t:
+    with live_run_on_stallable(process_backend, 50, lease, body) as t:
         first = t.stored().lease_end_ms
         wait_for(lambda: t.stored().lease_end_ms > first, 2)  # renewals work
-        t.locker.execute("BEGIN IMMEDIATE")  # from now on no write reaches the store
-        lease_end = t.stored().lease_end_ms  # WAL: reads still work
+        t.locker.take()  # from now on no write reaches the store
+        lease_end = t.stored().lease_end_ms  # reads still work
         lost = t.rec.wait("lost", timeout=(lease + 1_000) / 1000)
         lost_at = t.rec.time_of(lost)
         assert lost_at <= lease_end + 50, (lost_at - lease_end)
         assert lost_at >= lease_end - lease // 2, "gave up long before lease_ms without a renewal"
         assert "lease" in (lost.error or "")
         wait_for(lambda: seen == ["lost"], 2)
-        # a heartbeat sent just before the deadline may still be waiting for the lock (busy
-        # timeout 50 ms); let it fail, then make the store reachable again: no new write follows
+        # a heartbeat sent just before the deadline may still be waiting in the store (it gives
+        # up after 50 ms); let it fail, then make the store reachable again: no new write follows
         threading.Event().wait(0.2)
-        t.locker.execute("ROLLBACK")
+        t.locker.give_back()
         wait_for(lambda: t.cron.live_runs() == [], 2)
         threading.Event().wait(2 * HEARTBEAT / 1000)
         run = t.stored()
@@ -144,14 +144,14 @@ def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(s
         assert t.rec.of("success") == [] and t.rec.of("failed") == []
 
 
-def test_heartbeat_landing_after_self_fencing_is_released_at_once(sqlite_backend: Backend) -> None:
+def test_heartbeat_landing_after_self_fencing_is_released_at_once(process_backend: Backend) -> None:
     """A heartbeat stuck in the store past the local deadline that then renews the lost run is released."""
     lease = 600
-    with live_run_on_sqlite(sqlite_backend, 3_000, lease, lambda ctx: ctx.signal.wait(5)) as t:
-        t.locker.execute("BEGIN IMMEDIATE")  # the next heartbeat blocks in the store (busy timeout 3 s)
+    with live_run_on_stallable(process_backend, 3_000, lease, lambda ctx: ctx.signal.wait(5)) as t:
+        t.locker.take()  # the next heartbeat blocks in the store (for up to 3 s)
         t.rec.wait("lost", timeout=(lease + 1_000) / 1000)  # fenced by the local deadline meanwhile
         assert not t.stored().handed_over
-        t.locker.execute("ROLLBACK")  # the blocked heartbeat lands and renews the lease
+        t.locker.give_back()  # the blocked heartbeat lands and renews the lease
         run = wait_for(lambda: (r := t.stored()).handed_over and r, 2, message="the stray renewal was not released")
         assert (run.status, run.token, run.attempt) == ("running", t.ctx.token, 1)
         assert run.lease_end_ms <= t.observer.now_ms()
@@ -182,16 +182,16 @@ def test_handler_returning_after_a_takeover_is_refused_and_lost(
     assert (run.status, run.token, run.runner, run.attempt) == ("running", taker.run.token, "taker", 2)
 
 
-def test_store_briefly_unreachable_is_retried_and_the_run_recorded(sqlite_backend: Backend) -> None:
+def test_store_briefly_unreachable_is_retried_and_the_run_recorded(process_backend: Backend) -> None:
     """Transient store failures are retried while they matter: the finish lands once the store is back."""
     go = threading.Event()
-    with live_run_on_sqlite(sqlite_backend, 20, 800, lambda ctx: go.wait(5)) as t:
-        t.locker.execute("BEGIN IMMEDIATE")
+    with live_run_on_stallable(process_backend, 20, 800, lambda ctx: go.wait(5)) as t:
+        t.locker.take()
         lease_end = t.stored().lease_end_ms
         go.set()  # the handler returns while the store is unreachable: the finish is retried
         threading.Event().wait(0.3)
         assert t.stored().status == "running"
-        t.locker.execute("ROLLBACK")
+        t.locker.give_back()
         t.rec.wait("success", timeout=1)
         run = t.stored()
         assert run.status == "success" and run.token == t.ctx.token

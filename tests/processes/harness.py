@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -27,7 +26,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
-from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -115,23 +113,17 @@ class Worker:
 
 @contextmanager
 def store_write_lock(backend: Any) -> Iterator[None]:
-    """Hold the store's write lock from this process while the block runs (SQLite only).
+    """Hold back every write to the store from this process while the block runs.
 
-    Every write of the workers (claims, heartbeats, finishes) waits in
-    SQLite's busy handler until the block ends.
+    Every write of the workers (claims, heartbeats, finishes) waits in the
+    store (SQLite's busy handler, a paused Redis) until the block ends.
     """
-    if backend.name != "sqlite":
-        pytest.skip(f"holding the store's write lock is written for SQLite only, not {backend.name}")
-    parts = urlsplit(backend.url())
-    conn = sqlite3.connect(unquote(parts.path[1:]), timeout=5, isolation_level=None)
+    blocker = backend.write_blocker()
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
+        blocker.take()
+        yield
     finally:
-        conn.close()
+        blocker.close()
 
 
 class Cluster:
