@@ -8,6 +8,9 @@ the bare round trip measured in the same run:
 
 * SQLite: ``BEGIN IMMEDIATE`` + one ``INSERT`` + ``COMMIT`` on the same file,
   with the same pragmas (WAL, synchronous=NORMAL);
+* Redis/Valkey: ``EVALSHA`` of a script that only returns 1, with the same
+  four keys a leasecron script takes, on the store's own client (one round
+  trip and a script call, nothing more); ``PING`` is shown beside it;
 * memory: taking and releasing a ``threading.Lock`` (the floor of any
   operation under the store's lock).
 
@@ -28,6 +31,7 @@ from typing import Callable, List
 
 import leasecron
 from leasecron.stores import MemoryStore, SQLiteStore, Store
+from leasecron.stores.redis import RedisStore, job_keys
 
 
 def timed(fn: Callable[[int], object], n: int) -> float:
@@ -54,6 +58,11 @@ def bare_round_trip(store: Store) -> Callable[[int], object]:
             conn.execute("COMMIT")
 
         return op
+    if isinstance(store, RedisStore):
+        client = store.client
+        sha = client.script_load("return 1")
+        keys = job_keys(store.prefix, "bench-bare")
+        return lambda i: client.evalsha(sha, len(keys), *keys, i)
     lock = threading.Lock()
 
     def locked(i: int) -> None:
@@ -70,6 +79,8 @@ def measure(store: Store, n: int) -> dict:
     slot = store.now_ms() - 5_000
     won: List[leasecron.Claim] = []
     results = {"bare round trip": timed(bare_round_trip(store), n)}
+    if isinstance(store, RedisStore):
+        results["PING"] = timed(lambda i: store.client.ping(), n)
     results["claim (won)"] = timed(lambda i: won.append(store.claim(jobs[i], slot, runner="bench")), n)
     assert all(c.won for c in won), "every claim of a new slot must win"
     results["claim (running)"] = timed(lambda i: store.claim(jobs[i], slot, runner="other"), n)
@@ -77,6 +88,10 @@ def measure(store: Store, n: int) -> dict:
     half = n // 2
     results["finish"] = timed(lambda i: store.finish(jobs[i], slot, won[i].run.token, "success"), half)
     results["release"] = timed(lambda i: store.release(jobs[half + i], slot, won[half + i].run.token), n - half)
+    if isinstance(store, RedisStore):  # leave nothing behind on a shared server
+        store.client.srem(f"{store.prefix}:jobs", *jobs)
+        for job in jobs:
+            store.client.delete(*job_keys(store.prefix, job))
     return results
 
 

@@ -17,6 +17,7 @@ import pytest
 import leasecron
 from leasecron.stores import Store
 
+from .conftest import BACKENDS, Backend
 from .helpers import wait_for
 
 pytestmark = pytest.mark.processes
@@ -135,6 +136,25 @@ def test_check_sqlite(tmp_path: Path) -> None:
     store.close()
 
 
+SERVER_LINE = {
+    "sqlite": r"SQLite 3\.\d+",
+    "redis": r"Redis \d+\.\d+",
+    "valkey": r"Valkey 9\.\d+",
+    "redis-cluster": r"(Redis|Valkey) \d+\.\d+",
+}
+
+
+def test_check_names_the_server(process_backend: Backend) -> None:
+    """`check` on every shared store prints the server's kind and version, the clock offset and the round trip."""
+    result = cli("check", process_backend.url())
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert re.search(rf"^server\s+{SERVER_LINE[process_backend.name]}", out, re.M), out
+    assert re.search(r"^clock offset\s+[+-]\d+\.\d ms", out, re.M), out
+    assert re.search(r"^round trip\s+median \d+\.\d+ ms, max \d+\.\d+ ms", out, re.M), out
+    assert out.rstrip().endswith("ok")
+
+
 def test_check_errors(tmp_path: Path) -> None:
     """`check` exits 2 for an unknown scheme and 1 for a store it cannot open, with no traceback."""
     unknown = cli("check", "mongodb://x")
@@ -213,9 +233,21 @@ def demo_lines(out: str) -> List[tuple]:
     return [m.groups() for m in map(LINE.match, out.splitlines()) if m]
 
 
-def test_demo_shows_takeover_handover_and_exactly_once() -> None:
-    """`demo --seconds 14`: a SIGKILLed run is taken over as attempt 2, a SIGTERMed one handed over; exit 0."""
-    result = cli("demo", "--seconds", "14", timeout=40)
+@pytest.mark.parametrize("store", ["default", "redis", "valkey"])
+def test_demo_shows_takeover_handover_and_exactly_once(store: str, tmp_path: Path) -> None:
+    """`demo --seconds 14`: a SIGKILLed run is taken over as attempt 2, a SIGTERMed one handed over; exit 0.
+
+    On the embedded SQLite store by default, and with ``--store`` on Redis and Valkey.
+    """
+    args = ["demo", "--seconds", "14"]
+    if store != "default":
+        backend = BACKENDS[store](tmp_path)
+        args += ["--store", backend.url()]
+    try:
+        result = cli(*args, timeout=40)
+    finally:
+        if store != "default":
+            backend.close()
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     lines = demo_lines(out)

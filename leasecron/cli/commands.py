@@ -148,6 +148,7 @@ def _check(store: Store) -> None:
         store.get_run(CHECK_PROBE_JOB, 0)
         samples.append((time.perf_counter() - before) * 1000)
     print(f"store         {store.kind}  {store!r}")
+    print(f"server        {store.server_version()}")
     print(f"schema        ok ({len(jobs)} job(s) with stored runs)")
     print(f"clock offset  {offset:+.1f} ms (the store's clock minus this host's; read with a {trip:.2f} ms round trip)")
     print(
