@@ -8,6 +8,8 @@ URL                                    class            clock
 ``redis://[user:pass@]host:port/db``,  RedisStore       the server's ``TIME``
 ``rediss://`` (TLS), ``valkey://``,
 ``valkeys://``; ``?cluster=true``
+``postgresql://user@host:5432/db``,    PostgresStore    ``clock_timestamp()``
+``postgres://``; ``?schema=&table=``
 ``memory://``                          MemoryStore      the process clock
 =====================================  ===============  ===================
 
@@ -37,6 +39,8 @@ SCHEMES: Dict[str, Tuple[str, str]] = {
     "rediss": ("leasecron.stores.redis", "RedisStore"),
     "valkey": ("leasecron.stores.redis", "RedisStore"),
     "valkeys": ("leasecron.stores.redis", "RedisStore"),
+    "postgresql": ("leasecron.stores.postgres", "PostgresStore"),
+    "postgres": ("leasecron.stores.postgres", "PostgresStore"),
 }
 
 

@@ -1,0 +1,419 @@
+"""PostgresStore: the store contract on PostgreSQL, through psycopg2.
+
+Each operation that writes is one statement calling a PL/pgSQL function
+(``stores/sql/postgres.sql``, installed by the schema's migrations), on a
+connection in autocommit mode: one round trip, one transaction. The function
+first locks the job's row in ``<table>_jobs`` (so operations on one job are
+serialised across every instance, and the overlap and newer-slot checks see a
+settled state), then reads ``clock_timestamp()``, so every lease comparison
+uses the server's clock and the order of the operations and of their clocks
+agree.
+
+The schema (``schema`` option, default ``public``) holds ``<table>``,
+``<table>_jobs``, ``<table>_meta`` (the schema version) and the functions
+``<table>_claim`` and so on. It is created on first use and migrated by
+version under a transaction-level advisory lock, by any role that may create
+tables in the schema: no superuser, no extension.
+
+Connections come from a small thread-safe pool (at most ``max_connections``;
+a caller waits for a free one) or from a psycopg2 pool the caller passes. A
+connection that failed (the server restarted, the backend was terminated) is
+discarded, and the error raised as :class:`~leasecron.StoreUnavailable`,
+which the engine retries, with tenacity, only while the answer matters; the
+next call opens a new connection. Connections made from a DSN get a connect
+timeout and TCP keepalives unless the DSN sets its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..runs import Claim, Run
+from . import require
+from .base import (
+    Store,
+    validate_claim_args,
+    validate_finish_args,
+    validate_heartbeat_args,
+    validate_token_args,
+)
+from .queries import check_identifier, load_queries
+from .rules import new_token
+
+__all__ = ["PostgresStore", "SCHEMA_VERSION"]
+
+#: The schema version this release writes and reads.
+SCHEMA_VERSION = 1
+
+#: libpq options the store sets on connections it makes, unless the DSN does.
+CONNECT_DEFAULTS = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
+
+#: How long a caller waits for a free pooled connection.
+POOL_WAIT_S = 10.0
+
+_RUN_COLUMNS = (
+    "job", "slot_ms", "attempt", "token", "runner", "status", "lease_end_ms",
+    "released", "handovers", "reason", "error", "started_ms", "finished_ms",
+)  # fmt: skip
+
+
+def _run(row: Tuple[Any, ...]) -> Run:
+    data = dict(zip(_RUN_COLUMNS, row))
+    return Run(
+        job=data["job"],
+        slot_ms=data["slot_ms"],
+        attempt=data["attempt"],
+        token=data["token"],
+        runner=data["runner"],
+        status=data["status"],
+        lease_end_ms=data["lease_end_ms"],
+        handed_over=data["handovers"] > 0,
+        reason=data["reason"],
+        error=data["error"],
+        started_ms=data["started_ms"],
+        finished_ms=data["finished_ms"],
+    )
+
+
+def _no_nul(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; an error message may.
+    return text.replace("\x00", "\ufffd")
+
+
+class _Pool:
+    """At most ``size`` connections to ``dsn``, handed out one caller at a time."""
+
+    def __init__(self, psycopg2: Any, dsn: str, size: int) -> None:
+        self._psycopg2 = psycopg2
+        self._dsn = dsn
+        self._size = size
+        self._idle: List[Any] = []
+        self._count = 0
+        self._cond = threading.Condition()
+        self._pid = os.getpid()
+        self._closed = False
+
+    def getconn(self) -> Any:
+        deadline = time.monotonic() + POOL_WAIT_S
+        with self._cond:
+            if self._pid != os.getpid():  # a forked child: the parent's connections are not ours
+                self._pid, self._idle, self._count = os.getpid(), [], 0
+            while not self._idle and self._count >= self._size:
+                if self._closed:
+                    raise StoreError("the PostgreSQL store is closed")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreUnavailable(f"no free PostgreSQL connection within {POOL_WAIT_S} s (pool of {self._size})")
+                self._cond.wait(left)
+            if self._closed:
+                raise StoreError("the PostgreSQL store is closed")
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        try:
+            conn = self._psycopg2.connect(self._dsn)
+            conn.autocommit = True
+            return conn
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def putconn(self, conn: Any, close: bool = False) -> None:
+        with self._cond:
+            if self._pid != os.getpid():
+                return
+            if close or self._closed or conn.closed:
+                self._count -= 1
+                _close_quietly(conn)
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+
+    def closeall(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._cond.notify_all()
+        if self._pid == os.getpid():
+            for conn in idle:
+                _close_quietly(conn)
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is gone either way
+        pass
+
+
+class PostgresStore(Store):
+    """The store contract in a PostgreSQL database (``postgresql://``, ``postgres://``).
+
+    ``dsn`` is a libpq connection string or URL; or pass ``pool``, a psycopg2
+    pool (``getconn``/``putconn``) whose connections the store uses in
+    autocommit mode. ``schema`` and ``table`` name where the runs live, so
+    several applications can share one database. ``max_connections`` bounds
+    the store's own pool.
+    """
+
+    kind = "postgresql"
+
+    def __init__(
+        self,
+        dsn: Optional[str] = None,
+        *,
+        pool: Any = None,
+        schema: str = "public",
+        table: str = "leasecron_runs",
+        max_connections: int = 8,
+    ) -> None:
+        self._psycopg2 = require("psycopg2", extra="postgres", store="PostgresStore")
+        if (dsn is None) == (pool is None):
+            raise ConfigError("PostgresStore needs either a DSN or a psycopg2 pool (not both)")
+        if not isinstance(max_connections, int) or max_connections < 1:
+            raise ConfigError(f"max_connections must be an integer >= 1, not {max_connections!r}")
+        self.schema = check_identifier(schema, "schema")
+        self.table = check_identifier(table)
+        self._q = load_queries("postgres", schema=self.schema, table=self.table)
+        if pool is not None:
+            if not (hasattr(pool, "getconn") and hasattr(pool, "putconn")):
+                raise ConfigError(f"pool must be a psycopg2 pool (getconn/putconn), not {pool!r}")
+            self._pool: Any = pool
+            self._owns_pool = False
+            self._label = f"pool={type(pool).__name__}"
+        else:
+            if not isinstance(dsn, str) or not dsn:
+                raise ConfigError(f"PostgreSQL DSN must be a non-empty string, not {dsn!r}")
+            self._pool = _Pool(self._psycopg2, _with_defaults(dsn), max_connections)
+            self._owns_pool = True
+            self._label = _safe_dsn(dsn)
+        self._schema_lock = threading.Lock()
+        self._schema_ready = False
+
+    @classmethod
+    def from_url(cls, url: str) -> "PostgresStore":
+        """Open ``postgresql://[user[:password]@]host[:port]/database``.
+
+        Query options: ``schema``, ``table``, ``max_connections``; every other
+        option is passed to libpq (for example ``sslmode`` or
+        ``connect_timeout``).
+        """
+        parts = urlsplit(url)
+        options: Dict[str, Any] = {}
+        libpq: List[Tuple[str, str]] = []
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if key in ("schema", "table"):
+                options[key] = value
+            elif key == "max_connections":
+                try:
+                    options[key] = int(value)
+                except ValueError:
+                    raise ConfigError(f"max_connections in {_safe_dsn(url)!r} must be an integer") from None
+            else:
+                libpq.append((key, value))
+        dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq, quote_via=quote), ""))
+        store = cls(dsn, **options)
+        store._label = _safe_dsn(url)
+        return store
+
+    # -- connections ----------------------------------------------------------------
+
+    @contextmanager
+    def _cursor(self, doing: str) -> Iterator[Any]:
+        """A cursor on a pooled autocommit connection; a failed connection is discarded."""
+        errors = self._psycopg2
+        try:
+            conn = self._pool.getconn()
+        except errors.Error as exc:
+            raise _store_error(errors, exc, doing) from exc
+        broken = False
+        try:
+            conn.autocommit = True
+            if not self._schema_ready:
+                self._create_schema(conn)
+            with conn.cursor() as cur:
+                yield cur
+        except errors.Error as exc:
+            broken = bool(conn.closed) or _connection_lost(exc)
+            raise _store_error(errors, exc, doing) from exc
+        finally:
+            self._pool.putconn(conn, close=broken)
+
+    def _create_schema(self, conn: Any) -> None:
+        with self._schema_lock:
+            if self._schema_ready:
+                return
+            q = self._q
+            with conn.cursor() as cur:
+                cur.execute("BEGIN")
+                try:
+                    cur.execute(q["lock_schema"], {"name": f"leasecron:{self.schema}.{self.table}"})
+                    cur.execute(q["schema_exists"], {"schema": self.schema})
+                    if cur.fetchone() is None:
+                        cur.execute(q["create_schema"])
+                    cur.execute(q["create_meta"])
+                    cur.execute(q["get_version"])
+                    row = cur.fetchone()
+                    version = int(row[0]) if row else 0
+                    if version > SCHEMA_VERSION:
+                        raise StoreError(
+                            f"PostgreSQL table {self.schema}.{self.table} has schema version {version}, newer"
+                            f" than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
+                        )
+                    for step in range(version + 1, SCHEMA_VERSION + 1):
+                        cur.execute(q[f"migrate_{step}"])
+                    if version < SCHEMA_VERSION:
+                        cur.execute(q["set_version"], {"version": str(SCHEMA_VERSION)})
+                    cur.execute("COMMIT")
+                except BaseException:
+                    if not conn.closed:
+                        cur.execute("ROLLBACK")
+                    raise
+            self._schema_ready = True
+
+    def _one(self, name: str, doing: str, **params: Any) -> Tuple[Any, ...]:
+        with self._cursor(doing) as cur:
+            cur.execute(self._q[name], params)
+            row: Tuple[Any, ...] = cur.fetchone()
+            return row
+
+    def _all(self, name: str, doing: str, **params: Any) -> List[Tuple[Any, ...]]:
+        with self._cursor(doing) as cur:
+            cur.execute(self._q[name], params)
+            return list(cur.fetchall())
+
+    # -- the contract --------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self._one("now", "reading the server's clock")[0])
+
+    def claim(
+        self,
+        job: str,
+        slot_ms: int,
+        *,
+        runner: str,
+        reason: str = "schedule",
+        lease_ms: int = 30_000,
+        max_attempts: int = 3,
+        max_late_ms: int = 30_000,
+        overlap: str = "skip",
+        history_size: int = 100,
+    ) -> Claim:
+        validate_claim_args(
+            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size
+        )
+        row = self._one(
+            "claim", f"claim of {job!r}", job=job, slot_ms=slot_ms, token=new_token(), runner=runner,
+            reason=reason, lease_ms=lease_ms, max_attempts=max_attempts, max_late_ms=max_late_ms,
+            overlap=overlap, history_size=history_size,
+        )  # fmt: skip
+        return Claim(row[0], None if row[1] is None else _run(row[1:]))
+
+    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
+        validate_heartbeat_args(job, slot_ms, token, lease_ms)
+        params = {"job": job, "slot_ms": slot_ms, "token": token, "lease_ms": lease_ms}
+        return bool(self._one("heartbeat", f"heartbeat of {job!r}", **params)[0])
+
+    def finish(
+        self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None
+    ) -> bool:
+        validate_finish_args(job, slot_ms, token, status, error)
+        params = {"job": job, "slot_ms": slot_ms, "token": token, "status": status}
+        params["error"] = None if error is None else _no_nul(error)
+        return bool(self._one("finish", f"finish of {job!r}", **params)[0])
+
+    def release(self, job: str, slot_ms: int, token: str) -> bool:
+        validate_token_args(job, slot_ms, token)
+        params = {"job": job, "slot_ms": slot_ms, "token": token}
+        return bool(self._one("release", f"release of {job!r}", **params)[0])
+
+    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        rows = self._all("get", f"reading {job!r}", job=job, slot_ms=slot_ms)
+        return _run(rows[0]) if rows else None
+
+    def unfinished(self, job: str) -> List[Run]:
+        return [_run(row) for row in self._all("unfinished", f"reading {job!r}", job=job)]
+
+    def runs(self, job: str, limit: int = 20) -> List[Run]:
+        rows = self._all("runs", f"reading {job!r}", job=job, limit=max(0, int(limit)))
+        return [_run(row) for row in rows]
+
+    def jobs(self) -> List[str]:
+        return [row[0] for row in self._all("jobs", "listing jobs")]
+
+    def server_version(self) -> str:
+        """``PostgreSQL <version>`` of the server."""
+        with self._cursor("reading the server version") as cur:
+            cur.execute("SHOW server_version")
+            return f"PostgreSQL {cur.fetchone()[0]}"
+
+    def close(self) -> None:
+        """Close the store's own pool; a pool passed in stays the caller's."""
+        if self._owns_pool:
+            self._pool.closeall()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._label!r}, schema={self.schema!r}, table={self.table!r})"
+
+
+def _store_error(psycopg2: Any, exc: Exception, doing: str) -> StoreError:
+    text = f"PostgreSQL {doing}: {type(exc).__name__}: {str(exc).strip()}"
+    errors = psycopg2.errors
+    retryable = (
+        psycopg2.OperationalError,
+        psycopg2.InterfaceError,
+        errors.SerializationFailure,
+        errors.DeadlockDetected,
+    )
+    if isinstance(exc, retryable):
+        return StoreUnavailable(text)
+    return StoreError(text)
+
+
+def _connection_lost(exc: Exception) -> bool:
+    """Whether ``exc`` leaves its connection unusable (not a server's answer to one statement).
+
+    Errors libpq reports itself carry no SQLSTATE; classes 08 (connection
+    exception) and 57P (operator intervention: shutdown, terminated backend)
+    end the session too.
+    """
+    code = getattr(exc, "pgcode", None)
+    return code is None or code.startswith(("08", "57P"))
+
+
+def _with_defaults(dsn: str) -> str:
+    """``dsn`` with :data:`CONNECT_DEFAULTS` for the options it does not set."""
+    extensions = require("psycopg2.extensions", extra="postgres", store="PostgresStore")
+    try:
+        given = extensions.parse_dsn(dsn)
+    except Exception as exc:  # psycopg2.ProgrammingError: a DSN libpq cannot read
+        raise ConfigError(f"bad PostgreSQL DSN {_safe_dsn(dsn)!r}: {str(exc).strip()}") from exc
+    extra = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in given}
+    return str(extensions.make_dsn(dsn, **extra)) if extra else dsn
+
+
+def _safe_dsn(dsn: str) -> str:
+    """``dsn`` without its password, for messages."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        if parts.password is None:
+            return dsn
+        netloc = f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return " ".join("password=***" if part.startswith("password=") else part for part in dsn.split())

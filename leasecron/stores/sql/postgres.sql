@@ -1,0 +1,287 @@
+-- The PostgreSQL store's queries. Loaded by leasecron.stores.queries.
+-- {schema} and {table} are checked to be plain identifiers; every value is a
+-- %(name)s parameter. The lease rules themselves are the PL/pgSQL functions
+-- of migrate_1, so that each operation is one statement and one round trip:
+-- a function runs in the statement's own transaction (the connection is in
+-- autocommit mode), takes the job's row lock in {table}_jobs first, and only
+-- then reads the clock, so the order of the operations on a job and of their
+-- clocks agree.
+
+-- name: schema_exists
+-- Takes: schema. Returns: one row if the schema exists.
+SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
+
+-- name: create_schema
+CREATE SCHEMA {schema};
+
+-- name: lock_schema
+-- Takes: name. Serialises schema creation and migration across processes
+-- (a transaction-level advisory lock: no privilege needed).
+SELECT pg_advisory_xact_lock(hashtext(%(name)s));
+
+-- name: create_meta
+CREATE TABLE IF NOT EXISTS {schema}.{table}_meta (key text PRIMARY KEY, value text NOT NULL);
+
+-- name: get_version
+-- Returns: one row (value) once the schema is stamped.
+SELECT value FROM {schema}.{table}_meta WHERE key = 'schema_version';
+
+-- name: set_version
+-- Takes: version.
+INSERT INTO {schema}.{table}_meta (key, value) VALUES ('schema_version', %(version)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: migrate_1
+-- Version 1: the tables, their indexes and the functions of the operations.
+--
+-- {table}: one row per run (job, slot). released: the current attempt's
+-- lease was released; handovers: how many attempts ended by a release.
+-- {table}_jobs: one row per job, locked by every operation on the job; it
+-- also counts the job's finished runs, so pruning costs nothing until there
+-- is something to prune, however long the history.
+CREATE TABLE {schema}.{table}_jobs (
+    job      text   PRIMARY KEY,
+    finished bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE {schema}.{table} (
+    job          text    NOT NULL,
+    slot_ms      bigint  NOT NULL,
+    attempt      integer NOT NULL,
+    token        text    NOT NULL,
+    runner       text    NOT NULL,
+    status       text    NOT NULL,
+    lease_end_ms bigint  NOT NULL,
+    released     boolean NOT NULL DEFAULT false,
+    handovers    integer NOT NULL DEFAULT 0,
+    reason       text    NOT NULL,
+    error        text,
+    started_ms   bigint  NOT NULL,
+    finished_ms  bigint,
+    PRIMARY KEY (job, slot_ms)
+);
+-- The overlap check, the expired-run check and unfinished() read only the
+-- few running rows; pruning reads the oldest finished ones.
+CREATE INDEX {table}_running ON {schema}.{table} (job, slot_ms) WHERE status = 'running';
+CREATE INDEX {table}_finished ON {schema}.{table} (job, slot_ms) WHERE status <> 'running';
+
+-- The server's clock in epoch milliseconds (truncated): every lease
+-- comparison uses it.
+CREATE FUNCTION {schema}.{table}_now() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
+$$;
+
+-- An epoch-ms time as Python's datetime.isoformat() prints it in UTC.
+CREATE FUNCTION {schema}.{table}_iso(p_ms bigint) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT to_char(to_timestamp(p_ms / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+        || CASE WHEN p_ms % 1000 = 0 THEN '' ELSE '.' || lpad(((p_ms % 1000) * 1000)::text, 6, '0') END
+        || '+00:00'
+$$;
+
+-- Store.claim. Returns one row: the outcome, and the run it is about (NULL
+-- for none, early, and late by the clock).
+CREATE FUNCTION {schema}.{table}_claim(
+    p_job text, p_slot bigint, p_token text, p_runner text, p_reason text,
+    p_lease bigint, p_max_attempts bigint, p_max_late bigint, p_overlap text, p_keep bigint
+) RETURNS TABLE (outcome text, run {schema}.{table})
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now      bigint;
+    v_run      {schema}.{table};
+    v_newest   bigint;
+    v_finished bigint;
+    v_count    bigint;
+BEGIN
+    SELECT j.finished INTO v_finished FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.{table}_jobs (job) VALUES (p_job) ON CONFLICT DO NOTHING;
+        SELECT j.finished INTO v_finished FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
+    END IF;
+    v_now := {schema}.{table}_now();
+
+    -- The slot already has a run.
+    SELECT * INTO v_run FROM {schema}.{table} r WHERE r.job = p_job AND r.slot_ms = p_slot;
+    IF FOUND THEN
+        IF v_run.status <> 'running' THEN
+            RETURN QUERY SELECT 'done'::text, v_run;
+            RETURN;
+        END IF;
+        IF v_run.lease_end_ms > v_now THEN
+            RETURN QUERY SELECT 'running'::text, v_run;
+            RETURN;
+        END IF;
+        SELECT max(r.slot_ms) INTO v_newest FROM {schema}.{table} r WHERE r.job = p_job;
+        IF v_newest > p_slot OR v_run.attempt - v_run.handovers >= p_max_attempts THEN
+            UPDATE {schema}.{table} r
+            SET status = 'interrupted', finished_ms = v_now,
+                error = CASE WHEN v_newest > p_slot
+                    THEN 'superseded: slot ' || {schema}.{table}_iso(v_newest) || ' started first'
+                    ELSE 'max_attempts (' || p_max_attempts || ') used up by runners that died' END
+            WHERE r.job = p_job AND r.slot_ms = p_slot
+            RETURNING * INTO v_run;
+            UPDATE {schema}.{table}_jobs j SET finished = j.finished + 1 WHERE j.job = p_job;
+            RETURN QUERY SELECT 'done'::text, v_run;
+            RETURN;
+        END IF;
+        UPDATE {schema}.{table} r
+        SET attempt = r.attempt + 1, token = p_token, runner = p_runner, lease_end_ms = v_now + p_lease,
+            released = false, reason = p_reason, started_ms = v_now
+        WHERE r.job = p_job AND r.slot_ms = p_slot
+        RETURNING * INTO v_run;
+        RETURN QUERY SELECT 'won'::text, v_run;
+        RETURN;
+    END IF;
+
+    -- A new claim.
+    IF p_reason = 'takeover' THEN
+        RETURN QUERY SELECT 'none'::text, NULL::{schema}.{table};
+        RETURN;
+    END IF;
+    IF p_slot > v_now + 10000 THEN
+        RETURN QUERY SELECT 'early'::text, NULL::{schema}.{table};
+        RETURN;
+    END IF;
+    IF v_now - p_slot > p_max_late + 10000 THEN
+        RETURN QUERY SELECT 'late'::text, NULL::{schema}.{table};
+        RETURN;
+    END IF;
+    SELECT * INTO v_run FROM {schema}.{table} r WHERE r.job = p_job ORDER BY r.slot_ms DESC LIMIT 1;
+    IF FOUND AND v_run.slot_ms > p_slot THEN
+        RETURN QUERY SELECT 'late'::text, v_run;
+        RETURN;
+    END IF;
+    IF p_overlap = 'skip' THEN
+        SELECT * INTO v_run FROM {schema}.{table} r
+        WHERE r.job = p_job AND r.status = 'running' AND r.slot_ms < p_slot AND r.lease_end_ms > v_now
+        ORDER BY r.slot_ms DESC LIMIT 1;
+        IF FOUND THEN
+            RETURN QUERY SELECT 'overlap'::text, v_run;
+            RETURN;
+        END IF;
+    END IF;
+    UPDATE {schema}.{table} r
+    SET status = 'interrupted', finished_ms = v_now,
+        error = 'superseded: slot ' || {schema}.{table}_iso(p_slot) || ' started first'
+    WHERE r.job = p_job AND r.status = 'running' AND r.slot_ms < p_slot AND r.lease_end_ms <= v_now;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_finished := v_finished + v_count;
+
+    INSERT INTO {schema}.{table} (job, slot_ms, attempt, token, runner, status, lease_end_ms,
+                                  released, handovers, reason, error, started_ms, finished_ms)
+    VALUES (p_job, p_slot, 1, p_token, p_runner, 'running', v_now + p_lease,
+            false, 0, p_reason, NULL, v_now, NULL)
+    RETURNING * INTO v_run;
+
+    -- Keep the newest p_keep finished runs; never the newest run (this one),
+    -- a running one, or one whose slot is within the late horizon. The
+    -- finished runs beyond the newest p_keep are the oldest v_finished - p_keep.
+    IF v_finished > p_keep THEN
+        DELETE FROM {schema}.{table} r
+        WHERE r.job = p_job AND r.slot_ms IN (
+            SELECT o.slot_ms FROM {schema}.{table} o
+            WHERE o.job = p_job AND o.status <> 'running' AND o.slot_ms < v_now - p_max_late - 10000
+            ORDER BY o.slot_ms LIMIT v_finished - p_keep
+        );
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_finished := v_finished - v_count;
+    END IF;
+    UPDATE {schema}.{table}_jobs j SET finished = v_finished WHERE j.job = p_job AND j.finished <> v_finished;
+    RETURN QUERY SELECT 'won'::text, v_run;
+END
+$$;
+
+-- Store.heartbeat: true if the lease was renewed.
+CREATE FUNCTION {schema}.{table}_heartbeat(p_job text, p_slot bigint, p_token text, p_lease bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.{table} r SET lease_end_ms = {schema}.{table}_now() + p_lease
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
+      AND r.status = 'running' AND NOT r.released;
+    RETURN FOUND;
+END
+$$;
+
+-- Store.finish: true if the run was finished.
+CREATE FUNCTION {schema}.{table}_finish(
+    p_job text, p_slot bigint, p_token text, p_status text, p_error text
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.{table} r
+    SET status = p_status, error = p_error, finished_ms = {schema}.{table}_now()
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token AND r.status = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.{table}_jobs j SET finished = j.finished + 1 WHERE j.job = p_job;
+    RETURN true;
+END
+$$;
+
+-- Store.release: true if the run was released.
+CREATE FUNCTION {schema}.{table}_release(p_job text, p_slot bigint, p_token text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.{table} r
+    SET lease_end_ms = {schema}.{table}_now(), released = true, handovers = r.handovers + 1
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
+      AND r.status = 'running' AND NOT r.released;
+    RETURN FOUND;
+END
+$$;
+
+-- name: claim
+-- Takes: the arguments of Store.claim and the new attempt's token.
+-- Returns: one row, the outcome and the run's columns (NULL when no run).
+SELECT c.outcome, (c.run).*
+FROM {schema}.{table}_claim(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
+                             %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s) c;
+
+-- name: heartbeat
+-- Takes: job, slot_ms, token, lease_ms. Returns: one boolean.
+SELECT {schema}.{table}_heartbeat(%(job)s, %(slot_ms)s, %(token)s, %(lease_ms)s);
+
+-- name: finish
+-- Takes: job, slot_ms, token, status, error. Returns: one boolean.
+SELECT {schema}.{table}_finish(%(job)s, %(slot_ms)s, %(token)s, %(status)s, %(error)s);
+
+-- name: release
+-- Takes: job, slot_ms, token. Returns: one boolean.
+SELECT {schema}.{table}_release(%(job)s, %(slot_ms)s, %(token)s);
+
+-- name: now
+-- Returns: the server's clock, epoch ms.
+SELECT {schema}.{table}_now();
+
+-- name: get
+-- Takes: job, slot_ms. Returns: the run, or no row.
+SELECT * FROM {schema}.{table} WHERE job = %(job)s AND slot_ms = %(slot_ms)s;
+
+-- name: unfinished
+-- Takes: job. Returns: the running runs, oldest slot first.
+SELECT * FROM {schema}.{table} WHERE job = %(job)s AND status = 'running' ORDER BY slot_ms;
+
+-- name: runs
+-- Takes: job, limit. Returns: runs, newest slot first.
+SELECT * FROM {schema}.{table} WHERE job = %(job)s ORDER BY slot_ms DESC LIMIT %(limit)s;
+
+-- name: jobs
+-- Returns: the names of the jobs with stored runs, in code point order.
+SELECT j.job FROM {schema}.{table}_jobs j
+WHERE EXISTS (SELECT 1 FROM {schema}.{table} r WHERE r.job = j.job)
+ORDER BY j.job COLLATE "C";
