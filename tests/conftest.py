@@ -172,6 +172,14 @@ class _SessionServers:
             self._started["cluster"] = cluster
         return self._started["cluster"]  # type: ignore[return-value]
 
+    def postgres(self) -> Tuple[str, int]:
+        """The PostgreSQL on 127.0.0.1:5432."""
+        if "postgres" not in self._started:
+            if not servers.reachable_tcp("127.0.0.1", 5432):
+                unavailable("no PostgreSQL answers on 127.0.0.1:5432")
+            self._started["postgres"] = ("127.0.0.1", 5432)
+        return self._started["postgres"]  # type: ignore[return-value]
+
     def stop(self) -> None:
         for thing in self._started.values():
             if isinstance(thing, (servers.Server, servers.Cluster)):
@@ -288,12 +296,70 @@ class RedisWriteBlocker(WriteBlocker):
             client.close()
 
 
+class PostgresBackend(Backend):
+    """The PostgreSQL on 127.0.0.1:5432 (database ``test``); each test in a schema of its own."""
+
+    name = kind = "postgresql"
+
+    def dsn(self) -> str:
+        host, port = SERVERS.postgres()
+        return f"postgresql://{host}:{port}/test"
+
+    def url(self) -> str:
+        return f"{self.dsn()}?schema={self.namespace}"
+
+    def url_giving_up_after(self, ms: int) -> str:
+        return self.url() + f"&options=-c%20lock_timeout%3D{ms}"
+
+    def write_blocker(self) -> WriteBlocker:
+        return PostgresWriteBlocker(self.dsn(), f"{self.namespace}.leasecron_runs_jobs")
+
+    def close(self) -> None:
+        super().close()
+        import psycopg2
+
+        conn = psycopg2.connect(self.dsn())
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"DROP SCHEMA IF EXISTS {self.namespace} CASCADE")
+        conn.close()
+
+
+class PostgresWriteBlocker(WriteBlocker):
+    """Locks the jobs table (EXCLUSIVE: plain reads go on), which every write locks a row of first."""
+
+    def __init__(self, dsn: str, jobs_table: str) -> None:
+        import psycopg2
+
+        self._conn = psycopg2.connect(dsn)
+        self._conn.autocommit = True
+        self._jobs_table = jobs_table
+        self._taken = False
+
+    def take(self) -> None:
+        with self._conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"LOCK TABLE {self._jobs_table} IN EXCLUSIVE MODE")
+        self._taken = True
+
+    def give_back(self) -> None:
+        if self._taken:
+            with self._conn.cursor() as cur:
+                cur.execute("ROLLBACK")
+            self._taken = False
+
+    def close(self) -> None:
+        self.give_back()
+        self._conn.close()
+
+
 BACKENDS: Dict[str, Callable[[Path], Backend]] = {
     "memory": MemoryBackend,
     "sqlite": SQLiteBackend,
     "redis": RedisBackend,
     "valkey": ValkeyBackend,
     "redis-cluster": ClusterBackend,
+    "postgresql": PostgresBackend,
 }
 PROCESS_BACKENDS = [name for name, cls in BACKENDS.items() if cls.shared_between_processes]
 

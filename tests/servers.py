@@ -54,6 +54,15 @@ def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def reachable_tcp(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether anything accepts a TCP connection at ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def server_binary(kind: str) -> Optional[str]:
     """The path of the server binary of ``kind`` ("redis" or "valkey"), or None when there is none.
 

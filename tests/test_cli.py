@@ -141,6 +141,7 @@ SERVER_LINE = {
     "redis": r"Redis \d+\.\d+",
     "valkey": r"Valkey 9\.\d+",
     "redis-cluster": r"(Redis|Valkey) \d+\.\d+",
+    "postgresql": r"PostgreSQL \d+",
 }
 
 
@@ -233,11 +234,11 @@ def demo_lines(out: str) -> List[tuple]:
     return [m.groups() for m in map(LINE.match, out.splitlines()) if m]
 
 
-@pytest.mark.parametrize("store", ["default", "redis", "valkey"])
+@pytest.mark.parametrize("store", ["default", "redis", "valkey", "postgresql"])
 def test_demo_shows_takeover_handover_and_exactly_once(store: str, tmp_path: Path) -> None:
     """`demo --seconds 14`: a SIGKILLed run is taken over as attempt 2, a SIGTERMed one handed over; exit 0.
 
-    On the embedded SQLite store by default, and with ``--store`` on Redis and Valkey.
+    On the embedded SQLite store by default, and with ``--store`` on Redis, Valkey and PostgreSQL.
     """
     args = ["demo", "--seconds", "14"]
     if store != "default":
