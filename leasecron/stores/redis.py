@@ -24,9 +24,12 @@ name. The sorted sets make ``unfinished``, ``runs``, history pruning and
 
 The jobs set lives on another cluster slot than a job's keys, so a claim
 script cannot write it. Instead a store adds a job to it (``SADD``, which is
-idempotent) before its first claim of that job; ``jobs()`` lists the members
-that have stored runs. That is one extra round trip per job and process,
-once; every claim, heartbeat, finish and release is one ``EVALSHA``.
+idempotent) before its first claim of that job, and again after a claim that
+stored the job's first run (the server may have lost its data since: a
+restart without persistence, a failover); ``jobs()`` lists the members that
+have stored runs. That is one extra round trip per job and process, and per
+job whose history starts; every other claim, and every heartbeat, finish and
+release, is one ``EVALSHA``.
 
 Errors. Connection failures and timeouts, a server still loading its data,
 a read-only replica and a cluster in reconfiguration raise
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from importlib import resources
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
@@ -58,6 +62,8 @@ from .base import (
 from .rules import new_token
 
 __all__ = ["RedisStore", "job_keys"]
+
+log = logging.getLogger("leasecron")
 
 #: URL schemes this store opens, and the redis-py scheme each one means.
 URL_SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys": "rediss"}
@@ -203,8 +209,8 @@ class RedisStore(Store):
         script = self._scripts[name]
         return self._call(f"{name} of {job!r}", script, self.client, job_keys(self.prefix, job), args)
 
-    def _register(self, job: str) -> None:
-        if job in self._registered:
+    def _register(self, job: str, again: bool = False) -> None:
+        if job in self._registered and not again:
             return
         self._call(f"registering job {job!r}", self.client.sadd, self._jobs_key, job)
         with self._lock:
@@ -237,7 +243,14 @@ class RedisStore(Store):
             "claim", job, slot_ms, new_token(), runner, reason, lease_ms, max_attempts,
             max_late_ms, overlap, history_size,
         )
-        run = _run(job, reply[1], reply[2]) if len(reply) == 3 else None
+        if len(reply) == 4:  # the job's first stored run: make sure jobs() lists it
+            try:
+                self._register(job, again=True)
+            except StoreError as exc:  # the claim stands; this process registers before its next claim
+                with self._lock:
+                    self._registered.discard(job)
+                log.warning("could not add job %r to %s (%s); will retry", job, self._jobs_key, exc)
+        run = _run(job, reply[1], reply[2]) if len(reply) >= 3 else None
         return Claim(_text(reply[0]), run)
 
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:

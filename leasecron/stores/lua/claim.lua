@@ -9,7 +9,9 @@
 -- ARGV[8] overlap       'skip' or 'allow'
 -- ARGV[9] history_size  finished runs to keep
 -- Returns: {outcome} or {outcome, slot_ms, run JSON}, outcome one of
--- won, running, overlap, late, early, done, none.
+-- won, running, overlap, late, early, done, none; a claim that stored the
+-- job's first run adds a 1: {'won', slot_ms, run JSON, 1} (the caller then
+-- adds the job to the jobs set, which lives on another cluster slot).
 
 local slot = ARGV[1]
 local slot_ms = tonumber(slot)
@@ -82,7 +84,11 @@ for _, at in ipairs(earlier) do
   end
 end
 
+local first = redis.call('EXISTS', K.slots) == 0
 local answer = won({attempt = 1, status = 'running', handovers = 0})
+if first then
+  answer[4] = 1
+end
 redis.call('ZADD', K.slots, slot, slot)
 redis.call('ZADD', K.running, slot, slot)
 

