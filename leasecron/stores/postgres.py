@@ -187,8 +187,9 @@ class PostgresStore(Store):
             raise ConfigError("PostgresStore needs either a DSN or a psycopg2 pool (not both)")
         if not isinstance(max_connections, int) or max_connections < 1:
             raise ConfigError(f"max_connections must be an integer >= 1, not {max_connections!r}")
-        self.schema = check_identifier(schema, "schema")
-        self.table = check_identifier(table)
+        # PostgreSQL folds unquoted names to lower case; so do we, to find them again.
+        self.schema = check_identifier(schema, "schema").lower()
+        self.table = check_identifier(table).lower()
         self._q = load_queries("postgres", schema=self.schema, table=self.table)
         if pool is not None:
             if not (hasattr(pool, "getconn") and hasattr(pool, "putconn")):
@@ -409,11 +410,24 @@ def _with_defaults(dsn: str) -> str:
 
 
 def _safe_dsn(dsn: str) -> str:
-    """``dsn`` without its password, for messages."""
+    """``dsn`` without its password, for messages.
+
+    A URL loses the password of its user part and of its query; any other
+    DSN is read by libpq's own parser, which finds a password in any form.
+    """
     if "://" in dsn:
         parts = urlsplit(dsn)
-        if parts.password is None:
-            return dsn
-        netloc = f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    return " ".join("password=***" if part.startswith("password=") else part for part in dsn.split())
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
+        query = [(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, quote_via=quote, safe="*"), ""))
+    extensions = require("psycopg2.extensions", extra="postgres", store="PostgresStore")
+    try:
+        params = extensions.parse_dsn(dsn)
+    except Exception:  # noqa: BLE001 - psycopg2.ProgrammingError: not a DSN; show nothing of it
+        return "(a DSN libpq cannot read)"
+    if "password" not in params:
+        return dsn
+    params["password"] = "***"
+    return " ".join(f"{key}={value}" for key, value in params.items())

@@ -3,9 +3,10 @@
 -- %(name)s parameter. The lease rules themselves are the PL/pgSQL functions
 -- of migrate_1, so that each operation is one statement and one round trip:
 -- a function runs in the statement's own transaction (the connection is in
--- autocommit mode), takes the job's row lock in {table}_jobs first, and only
--- then reads the clock, so the order of the operations on a job and of their
--- clocks agree.
+-- autocommit mode), takes the job's advisory transaction lock first, and
+-- only then reads the clock, so the order of the operations on a job and of
+-- their clocks agree. (An advisory lock, unlike a row lock, writes nothing:
+-- a claim that only reads commits without flushing the WAL.)
 
 -- name: schema_exists
 -- Takes: schema. Returns: one row if the schema exists.
@@ -36,9 +37,9 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 --
 -- {table}: one row per run (job, slot). released: the current attempt's
 -- lease was released; handovers: how many attempts ended by a release.
--- {table}_jobs: one row per job, locked by every operation on the job; it
--- also counts the job's finished runs, so pruning costs nothing until there
--- is something to prune, however long the history.
+-- {table}_jobs: one row per job that has stored runs (jobs() reads it); it
+-- counts the job's finished runs, so pruning costs nothing until there is
+-- something to prune, however long the history.
 CREATE TABLE {schema}.{table}_jobs (
     job      text   PRIMARY KEY,
     finished bigint NOT NULL DEFAULT 0
@@ -71,6 +72,15 @@ LANGUAGE sql VOLATILE AS $$
     SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
 
+-- Serialises the operations on one job across every connection: the lock
+-- is held until the calling statement's transaction ends. Keyed on this
+-- table and the job, so other tables and applications are not disturbed (a
+-- hash collision only makes two jobs wait for each other).
+CREATE FUNCTION {schema}.{table}_lock(p_job text) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+    SELECT pg_advisory_xact_lock(hashtext('{schema}.{table}'), hashtext(p_job))
+$$;
+
 -- An epoch-ms time as Python's datetime.isoformat() prints it in UTC.
 CREATE FUNCTION {schema}.{table}_iso(p_ms bigint) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
@@ -93,11 +103,7 @@ DECLARE
     v_finished bigint;
     v_count    bigint;
 BEGIN
-    SELECT j.finished INTO v_finished FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO {schema}.{table}_jobs (job) VALUES (p_job) ON CONFLICT DO NOTHING;
-        SELECT j.finished INTO v_finished FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
-    END IF;
+    PERFORM {schema}.{table}_lock(p_job);
     v_now := {schema}.{table}_now();
 
     -- The slot already has a run.
@@ -165,6 +171,11 @@ BEGIN
         error = 'superseded: slot ' || {schema}.{table}_iso(p_slot) || ' started first'
     WHERE r.job = p_job AND r.status = 'running' AND r.slot_ms < p_slot AND r.lease_end_ms <= v_now;
     GET DIAGNOSTICS v_count = ROW_COUNT;
+    SELECT j.finished INTO v_finished FROM {schema}.{table}_jobs j WHERE j.job = p_job;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.{table}_jobs (job, finished) VALUES (p_job, 0);
+        v_finished := 0;
+    END IF;
     v_finished := v_finished + v_count;
 
     INSERT INTO {schema}.{table} (job, slot_ms, attempt, token, runner, status, lease_end_ms,
@@ -196,10 +207,7 @@ CREATE FUNCTION {schema}.{table}_heartbeat(p_job text, p_slot bigint, p_token te
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
+    PERFORM {schema}.{table}_lock(p_job);
     UPDATE {schema}.{table} r SET lease_end_ms = {schema}.{table}_now() + p_lease
     WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
       AND r.status = 'running' AND NOT r.released;
@@ -213,10 +221,7 @@ CREATE FUNCTION {schema}.{table}_finish(
 ) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
+    PERFORM {schema}.{table}_lock(p_job);
     UPDATE {schema}.{table} r
     SET status = p_status, error = p_error, finished_ms = {schema}.{table}_now()
     WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token AND r.status = 'running';
@@ -233,10 +238,7 @@ CREATE FUNCTION {schema}.{table}_release(p_job text, p_slot bigint, p_token text
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM {schema}.{table}_jobs j WHERE j.job = p_job FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
+    PERFORM {schema}.{table}_lock(p_job);
     UPDATE {schema}.{table} r
     SET lease_end_ms = {schema}.{table}_now(), released = true, handovers = r.handovers + 1
     WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
@@ -282,6 +284,4 @@ SELECT * FROM {schema}.{table} WHERE job = %(job)s ORDER BY slot_ms DESC LIMIT %
 
 -- name: jobs
 -- Returns: the names of the jobs with stored runs, in code point order.
-SELECT j.job FROM {schema}.{table}_jobs j
-WHERE EXISTS (SELECT 1 FROM {schema}.{table} r WHERE r.job = j.job)
-ORDER BY j.job COLLATE "C";
+SELECT job FROM {schema}.{table}_jobs ORDER BY job COLLATE "C";
