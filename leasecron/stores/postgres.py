@@ -261,6 +261,13 @@ class PostgresStore(Store):
                 return
             q = self._q
             with conn.cursor() as cur:
+                cur.execute(q["reserved_words"], {"names": [self.schema, self.table]})
+                reserved = [row[0] for row in cur.fetchall()]
+                if reserved:
+                    raise ConfigError(
+                        f"{', '.join(map(repr, reserved))} is a reserved word in PostgreSQL:"
+                        " choose another schema or table name"
+                    )
                 cur.execute("BEGIN")
                 try:
                     cur.execute(q["lock_schema"], {"name": f"leasecron:{self.schema}.{self.table}"})

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from leasecron import Context, Event, LeaseCron, Run, Store
 from tests.helpers import wait_for
@@ -168,3 +168,47 @@ def every_second(cron: LeaseCron, name: str = "job") -> "tuple[Recorder, int]":
     cron.add_job(lambda: None, 1, name=name)
     cron.start()
     return rec, rec.wait("success", timeout=3).slot_ms
+
+class Seen:
+    """Every event of one instance, with the host's monotonic time it arrived (no store call)."""
+
+    def __init__(self, cron: LeaseCron) -> None:
+        self.events: List[Tuple[float, Event]] = []
+        self._lock = threading.Lock()
+        for name in EVENT_TYPES:
+            cron.on(name, self._record)
+
+    def _record(self, event: Event) -> None:
+        with self._lock:
+            self.events.append((time.monotonic(), event))
+
+    def of(self, type_: Optional[str] = None, **fields: Any) -> List[Event]:
+        with self._lock:
+            events = [e for _, e in self.events]
+        return [
+            e
+            for e in events
+            if (type_ is None or e.type == type_) and all(getattr(e, k) == v for k, v in fields.items())
+        ]
+
+    def wait(self, type_: str, timeout: float, **fields: Any) -> Tuple[float, Event]:
+        """The first event of a type matching ``fields``, and when it arrived."""
+
+        def found() -> Optional[Tuple[float, Event]]:
+            with self._lock:
+                for at, e in self.events:
+                    if e.type == type_ and all(getattr(e, k) == v for k, v in fields.items()):
+                        return at, e
+            return None
+
+        return wait_for(
+            found,
+            timeout,
+            message=f"no {type_!r} event with {fields} within {timeout} s;"
+            f" events: {[(e.type, e.job, e.attempt, e.reason, e.error) for e in self.of()]}",
+        )
+
+    def types(self, job: Optional[str] = None, *, but: Tuple[str, ...] = ()) -> List[str]:
+        """The types of the events so far (of ``job``, if given), in order, leaving out those in ``but``."""
+        fields = {} if job is None else {"job": job}
+        return [e.type for e in self.of(**fields) if e.type not in but]

@@ -25,14 +25,22 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
-from leasecron import Context, Event, LeaseCron, Run, Store, open_store
+from leasecron import Context, LeaseCron, Run, Store, open_store
 from tests import servers
 from tests.conftest import unavailable
-from tests.engine.support import CATCH_UP_HOUR, EVENT_TYPES, HOURLY, Calls, align, handler, stored
+from tests.engine.support import (
+    CATCH_UP_HOUR,
+    HOURLY,
+    Calls,
+    Seen,
+    align,
+    handler,
+    stored,
+)
 from tests.helpers import wait_for
 
 LEASE = 1_000  # ms
@@ -43,47 +51,6 @@ PREFIX = "restart"
 KINDS = ["valkey"] + (["redis"] if servers.server_binary("redis") else [])
 
 
-class Seen:
-    """Every event of one instance, with the host's monotonic time it arrived (no store call)."""
-
-    def __init__(self, cron: LeaseCron) -> None:
-        self.events: List[Tuple[float, Event]] = []
-        self._lock = threading.Lock()
-        for name in EVENT_TYPES:
-            cron.on(name, self._record)
-
-    def _record(self, event: Event) -> None:
-        with self._lock:
-            self.events.append((time.monotonic(), event))
-
-    def of(self, type_: Optional[str] = None, **fields: Any) -> List[Event]:
-        with self._lock:
-            events = [e for _, e in self.events]
-        return [
-            e
-            for e in events
-            if (type_ is None or e.type == type_) and all(getattr(e, k) == v for k, v in fields.items())
-        ]
-
-    def wait(self, type_: str, timeout: float, **fields: Any) -> Tuple[float, Event]:
-        """The first event of a type matching ``fields``, and when it arrived."""
-
-        def found() -> Optional[Tuple[float, Event]]:
-            with self._lock:
-                for at, e in self.events:
-                    if e.type == type_ and all(getattr(e, k) == v for k, v in fields.items()):
-                        return at, e
-            return None
-
-        return wait_for(
-            found,
-            timeout,
-            message=f"no {type_!r} event with {fields} within {timeout} s;"
-            f" events: {[(e.type, e.job, e.attempt, e.reason, e.error) for e in self.of()]}",
-        )
-
-    def types(self, job: str) -> List[str]:
-        return [e.type for e in self.of(job=job)]
 
 
 @pytest.fixture(params=KINDS)

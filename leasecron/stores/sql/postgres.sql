@@ -12,6 +12,11 @@
 -- Takes: schema. Returns: one row if the schema exists.
 SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
 
+-- name: reserved_words
+-- Takes: names. Returns: those of the names PostgreSQL reserves (they cannot
+-- be unquoted table or schema names).
+SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T') AND word = ANY(%(names)s);
+
 -- name: create_schema
 CREATE SCHEMA {schema};
 

@@ -1,0 +1,609 @@
+"""PostgresStore specifics: URLs and DSNs, a caller's pool, round trips, privileges, migrations,
+namespacing and the connection pool.
+
+The lease rules themselves are proved for PostgreSQL by the shared conformance suite
+(``test_contract.py``, ``test_races.py``); this module checks what only the PostgreSQL store
+has, against the session's real server (``SERVERS.postgres()``: the system PostgreSQL on
+127.0.0.1:5432, else one the suite starts) and, for a server that stops answering, a
+PostgreSQL started here (``tests/pg_servers.py``) and frozen with SIGSTOP.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.pool
+import pytest
+
+import leasecron
+from leasecron import ConfigError, StoreError, StoreUnavailable
+from leasecron.stores.postgres import CONNECT_DEFAULTS, SCHEMA_VERSION, PostgresStore
+from tests import pg_servers, servers
+from tests.conftest import SERVERS
+from tests.helpers import race_in_processes, wait_for
+
+JOB = "job"
+TABLE = "leasecron_runs"
+#: Functions the schema must have (the SQL may add helpers of its own).
+FUNCTIONS = {f"{TABLE}_{name}" for name in ("now", "claim", "heartbeat", "finish", "release")}
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def _server() -> Tuple[str, int, str]:
+    return SERVERS.postgres()
+
+
+def _base_url(scheme: str = "postgresql", dbname: Optional[str] = None, user: str = "") -> str:
+    host, port, default_db = _server()
+    return f"{scheme}://{user + '@' if user else ''}{host}:{port}/{dbname or default_db}"
+
+
+def _admin(dbname: Optional[str] = None) -> Any:
+    """A superuser connection to the session's server (autocommit); the caller closes it."""
+    host, port, default_db = _server()
+    conn = psycopg2.connect(host=host, port=port, dbname=dbname or default_db, connect_timeout=5)
+    conn.autocommit = True
+    return conn
+
+
+def _query(sql: str, params: Any = None, dbname: Optional[str] = None) -> List[Tuple[Any, ...]]:
+    conn = _admin(dbname)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall()) if cur.description else []
+    finally:
+        conn.close()
+
+
+def _win(store: leasecron.Store, job: str = JOB, ago_ms: int = 1_000, lease_ms: int = 30_000) -> leasecron.Run:
+    claim = store.claim(job, store.now_ms() - ago_ms, runner="r1", lease_ms=lease_ms)
+    assert claim.outcome == "won" and claim.run is not None, claim
+    return claim.run
+
+
+def _backends(application_name: str) -> List[Tuple[int, Optional[str], Optional[str]]]:
+    """(pid, wait_event_type, state) of the server's backends with this application_name."""
+    rows = _query(
+        "SELECT pid, wait_event_type, state FROM pg_stat_activity WHERE application_name = %s",
+        (application_name,),
+    )
+    return [(int(r[0]), r[1], r[2]) for r in rows]
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A schema name of this test's own (not created yet); dropped at the end."""
+    name = _unique("lc")
+    yield name
+    _query(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@pytest.fixture
+def opened() -> Iterator[Callable[..., PostgresStore]]:
+    """``opened(url_or_store)``: a store (from a URL) closed at the end of the test."""
+    stores: List[PostgresStore] = []
+
+    def keep(what: Any) -> PostgresStore:
+        store = leasecron.open_store(what) if isinstance(what, str) else what
+        stores.append(store)
+        return store
+
+    yield keep
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[pg_servers.PgServer]:
+    """A PostgreSQL started for this module (it may be frozen; the session's server must not be)."""
+    with pg_servers.own_server() as server:
+        yield server
+
+
+# -- 1. URLs and DSNs ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_both_url_schemes_open_a_postgres_store(scheme: str, schema: str, opened: Callable[..., Any]) -> None:
+    """postgresql:// and postgres:// both open a PostgresStore that works, in the schema the URL names."""
+    store = opened(f"{_base_url(scheme)}?schema={schema}")
+    assert isinstance(store, PostgresStore) and store.kind == "postgresql"
+    run = _win(store)
+    assert store.get_run(JOB, run.slot_ms) == run
+    assert _query("SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = %s", (schema, TABLE)) == [(1,)]
+
+
+def test_url_options_schema_table_and_max_connections_apply(schema: str, opened: Callable[..., Any]) -> None:
+    """?schema=&table=&max_connections= apply: the tables are <schema>.<table>*, and while every
+    write is held back exactly max_connections connections are open; the other callers wait and
+    all complete once the writes go through."""
+    app = _unique("lc_app")
+    store = opened(f"{_base_url()}?schema={schema}&table=myruns&max_connections=3&application_name={app}")
+    assert (store.schema, store.table) == (schema, "myruns")
+    _win(store, job="setup")
+    tables = {r[0] for r in _query("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))}
+    assert tables == {"myruns", "myruns_jobs", "myruns_meta"}
+
+    results: List[object] = []
+    lock = threading.Lock()
+
+    def claim(i: int) -> None:
+        try:
+            outcome: object = store.claim(f"j{i}", store_now - 1_000, runner=f"r{i}").outcome
+        except Exception as exc:  # noqa: BLE001 - reported below
+            outcome = exc
+        with lock:
+            results.append(outcome)
+
+    blocker = _admin()
+    try:
+        store_now = store.now_ms()
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"LOCK TABLE {schema}.myruns IN EXCLUSIVE MODE")  # reads go on, writes wait
+        threads = [threading.Thread(target=claim, args=(i,), daemon=True) for i in range(8)]
+        for t in threads:
+            t.start()
+        wait_for(
+            lambda: len([b for b in _backends(app) if b[1] == "Lock"]) == 3,
+            5,
+            message="3 connections never waited for the lock",
+        )
+        threading.Event().wait(0.2)  # the other callers keep waiting for a connection
+        assert len(_backends(app)) == 3, _backends(app)
+        assert results == []
+    finally:
+        with blocker.cursor() as cur:
+            cur.execute("ROLLBACK")
+        blocker.close()
+    for t in threads:
+        t.join(10)
+    assert results == ["won"] * 8
+    assert len(_backends(app)) <= 3
+
+
+def test_other_url_options_go_to_libpq(schema: str, opened: Callable[..., Any]) -> None:
+    """Query options other than schema/table/max_connections reach libpq: application_name
+    shows in pg_stat_activity for the store's connection, on the URL's database."""
+    app = _unique("lc_app")
+    store = opened(f"{_base_url()}?schema={schema}&application_name={app}&connect_timeout=3")
+    _win(store)
+    rows = _query("SELECT datname FROM pg_stat_activity WHERE application_name = %s", (app,))
+    assert rows == [(_server()[2],)]
+
+
+@pytest.mark.parametrize("where", ["schema", "table"])
+@pytest.mark.parametrize("name", ["a-b", "1x", "x; drop"])
+def test_bad_schema_or_table_name_is_a_config_error(where: str, name: str) -> None:
+    """A schema or table name that is not a plain identifier is refused with ConfigError, from the
+    constructor and from the URL."""
+    with pytest.raises(ConfigError, match=where):
+        PostgresStore(_base_url(), **{where: name})
+    encoded = name.replace(";", "%3B").replace(" ", "%20")
+    with pytest.raises(ConfigError, match=where):
+        leasecron.open_store(f"{_base_url()}?{where}={encoded}")
+
+
+def test_password_never_shows_in_repr_or_errors(schema: str, opened: Callable[..., Any]) -> None:
+    """The password of a URL or key=value DSN is not in repr(store), nor in a connection error;
+    the store works (trust auth ignores the password)."""
+    host, port, dbname = _server()
+    secret = "s3cret_pw_" + uuid.uuid4().hex[:6]
+    user = _query("SELECT current_user")[0][0]
+    url_store = opened(f"postgresql://{user}:{secret}@{host}:{port}/{dbname}?schema={schema}")
+    dsn_store = opened(PostgresStore(f"host={host} port={port} dbname={dbname} user={user} password={secret}", schema=schema))
+    for store in (url_store, dsn_store):
+        assert secret not in repr(store) and secret not in str(store)
+        assert "***" in repr(store)
+        _win(store, job=f"j{id(store)}")
+    dead = opened(f"postgresql://{user}:{secret}@{host}:{servers.free_port()}/{dbname}?schema={schema}")
+    with pytest.raises(StoreUnavailable) as info:
+        dead.now_ms()
+    assert secret not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["host={host} port={port} dbname={db} password='x {secret}'", "host={host} port={port} dbname={db} password = {secret}",
+     "postgresql://{host}:{port}/{db}?password={secret}"],
+    ids=["quoted-with-space", "spaces-around-equals", "url-query"],
+)  # fmt: skip
+def test_password_in_other_valid_dsn_forms_never_shows_in_repr(form: str, opened: Callable[..., Any]) -> None:
+    """The password is kept out of repr(store) in every form libpq accepts: a quoted key=value
+    value, spaces around '=', and a URL's ?password= option."""
+    host, port, dbname = _server()
+    secret = "s3cret_pw_" + uuid.uuid4().hex[:6]
+    store = opened(PostgresStore(form.format(host=host, port=port, db=dbname, secret=secret), schema="unused"))
+    assert secret not in repr(store), repr(store)
+
+
+def test_key_value_dsn_works(schema: str, opened: Callable[..., Any]) -> None:
+    """A libpq key=value DSN opens the store (PostgresStore(dsn, schema=...))."""
+    host, port, dbname = _server()
+    store = opened(PostgresStore(f"host={host} port={port} dbname={dbname}", schema=schema))
+    run = _win(store)
+    assert store.heartbeat(JOB, run.slot_ms, run.token, 30_000)
+    assert store.finish(JOB, run.slot_ms, run.token, "success")
+    assert _query(f"SELECT status FROM {schema}.{TABLE}") == [("success",)]
+
+
+def test_unreachable_port_fails_fast_with_store_unavailable_and_leaks_no_pool_slot(opened: Callable[..., Any]) -> None:
+    """A port nothing listens on gives StoreUnavailable at once (not at construction), every time:
+    a failed connect gives its pool slot back (max_connections=1, ten calls, no wait)."""
+    host, _, dbname = _server()
+    store = opened(f"postgresql://{host}:{servers.free_port()}/{dbname}?max_connections=1")
+    started = time.monotonic()
+    for _ in range(10):
+        with pytest.raises(StoreUnavailable) as info:
+            store.claim(JOB, 0, runner="r1")
+        assert "no free PostgreSQL connection" not in str(info.value)
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize("connect_timeout", [None, 2])
+def test_a_server_that_does_not_answer_gives_store_unavailable_after_the_connect_timeout(
+    own_server: pg_servers.PgServer, connect_timeout: Optional[int]
+) -> None:
+    """A server that accepts TCP but never answers (postmaster frozen with SIGSTOP): the store
+    gives up with StoreUnavailable after the URL's connect_timeout, or after the store's default
+    one when the URL sets none (libpq alone would wait for ever)."""
+    query = "" if connect_timeout is None else f"?connect_timeout={connect_timeout}"
+    expected = float(CONNECT_DEFAULTS["connect_timeout"] if connect_timeout is None else connect_timeout)
+    store = leasecron.open_store(own_server.dsn() + query)
+    pid = own_server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="timeout"):
+            store.now_ms()
+        took = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        store.close()
+    assert expected - 0.5 <= took <= expected + 2.5, took
+    conn = own_server.connect()  # the server answers again
+    conn.close()
+
+
+# -- 2. A caller's pool ------------------------------------------------------------------------
+
+
+def test_a_callers_threaded_connection_pool_works_and_stays_open_after_close(schema: str) -> None:
+    """pool= takes a psycopg2 ThreadedConnectionPool: every operation works, each connection goes
+    back to the pool (one connection is enough for all of them), and store.close() leaves the
+    pool open."""
+    host, port, dbname = _server()
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 1, host=host, port=port, dbname=dbname)
+    try:
+        store = PostgresStore(pool=pool, schema=schema)
+        run = _win(store)
+        assert store.heartbeat(JOB, run.slot_ms, run.token, 30_000)
+        assert store.finish(JOB, run.slot_ms, run.token, "success")
+        second = _win(store, ago_ms=500)
+        assert store.release(JOB, second.slot_ms, second.token)
+        assert [r.slot_ms for r in store.runs(JOB)] == [second.slot_ms, run.slot_ms]
+        assert store.jobs() == [JOB]
+        store.close()
+        assert not pool.closed
+        conn = pool.getconn()  # the one connection is back and open
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT count(*) FROM {schema}.{TABLE}")
+                assert cur.fetchone() == (2,)
+        finally:
+            pool.putconn(conn)
+    finally:
+        pool.closeall()
+
+
+# -- 3. Round trips ------------------------------------------------------------------------------
+
+
+def _counting_pool(statements: List[str], maxconn: int = 2) -> psycopg2.pool.ThreadedConnectionPool:
+    """A pool whose connections append every statement their cursors execute to ``statements``."""
+
+    class CountingCursor(psycopg2.extensions.cursor):
+        def execute(self, query: Any, vars: Any = None) -> Any:
+            statements.append(query if isinstance(query, str) else str(query))
+            return super().execute(query, vars)
+
+        def executemany(self, query: Any, vars_list: Any) -> Any:
+            statements.append(query if isinstance(query, str) else str(query))
+            return super().executemany(query, vars_list)
+
+        def callproc(self, procname: Any, parameters: Any = None) -> Any:
+            statements.append(f"callproc {procname}")
+            return super().callproc(procname, parameters)
+
+    class CountingConnection(psycopg2.extensions.connection):
+        def cursor(self, *args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("cursor_factory", CountingCursor)
+            return super().cursor(*args, **kwargs)
+
+    host, port, dbname = _server()
+    return psycopg2.pool.ThreadedConnectionPool(
+        1, maxconn, host=host, port=port, dbname=dbname, connection_factory=CountingConnection
+    )
+
+
+def test_claim_heartbeat_finish_and_release_are_one_statement_each(schema: str) -> None:
+    """Once the schema exists, claim, heartbeat, finish and release each execute exactly one
+    statement on an autocommit connection (one round trip, no transaction left open)."""
+    statements: List[str] = []
+    pool = _counting_pool(statements, maxconn=1)
+    try:
+        store = PostgresStore(pool=pool, schema=schema)
+        slot = store.now_ms() - 1_000  # creates the schema
+        counts: Dict[str, int] = {}
+
+        def count(name: str, call: Callable[[], Any]) -> Any:
+            statements.clear()
+            result = call()
+            counts[name] = len(statements)
+            return result
+
+        claim = count("claim", lambda: store.claim(JOB, slot, runner="r1", lease_ms=30_000))
+        assert claim.outcome == "won" and claim.run is not None
+        assert count("heartbeat", lambda: store.heartbeat(JOB, slot, claim.run.token, 30_000)) is True
+        assert count("finish", lambda: store.finish(JOB, slot, claim.run.token, "success")) is True
+        again = count("claim again", lambda: store.claim(JOB, slot + 1, runner="r1", lease_ms=30_000))
+        assert again.outcome == "won" and again.run is not None
+        assert count("release", lambda: store.release(JOB, slot + 1, again.run.token)) is True
+        assert count("refused heartbeat", lambda: store.heartbeat(JOB, slot, claim.run.token, 30_000)) is False
+        assert counts == dict.fromkeys(counts, 1), counts
+        conn = pool.getconn()
+        try:
+            assert conn.autocommit
+            assert conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_IDLE
+        finally:
+            pool.putconn(conn)
+    finally:
+        pool.closeall()
+
+
+# -- 4. Privileges ----------------------------------------------------------------------------------
+
+
+def test_a_role_without_superuser_or_create_on_the_database_can_use_a_schema_it_owns() -> None:
+    """A plain role (no superuser, no CREATE on the database, none on public) opens the store in a
+    schema it owns: the tables and functions are created there, owned by it, and a claim works;
+    a schema it would have to create, or public, is refused with StoreError."""
+    host, port, _ = _server()
+    dbname, role = _unique("lc_perm_db"), _unique("lc_owner")
+    _query(f"CREATE DATABASE {dbname}")
+    try:
+        _query(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        _query(f"REVOKE CREATE ON DATABASE {dbname} FROM PUBLIC", dbname=dbname)
+        _query("REVOKE CREATE ON SCHEMA public FROM PUBLIC", dbname=dbname)
+        _query(f"CREATE SCHEMA lc_owned AUTHORIZATION {role}", dbname=dbname)
+        privileges = _query(
+            "SELECT r.rolsuper, has_database_privilege(r.rolname, %s, 'CREATE'),"
+            " has_schema_privilege(r.rolname, 'public', 'CREATE') FROM pg_roles r WHERE r.rolname = %s",
+            (dbname, role),
+            dbname=dbname,
+        )
+        assert privileges == [(False, False, False)]
+
+        base = f"postgresql://{role}@{host}:{port}/{dbname}"
+        with leasecron.open_store(f"{base}?schema=lc_owned") as store:
+            run = _win(store)
+            assert store.finish(JOB, run.slot_ms, run.token, "success")
+            assert [r.status for r in store.runs(JOB)] == ["success"]
+        owners = _query("SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'lc_owned'", dbname=dbname)
+        assert sorted(owners) == sorted((t, role) for t in (TABLE, f"{TABLE}_jobs", f"{TABLE}_meta"))
+        functions = _query(
+            "SELECT p.proname, pg_get_userbyid(p.proowner) FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lc_owned'",
+            dbname=dbname,
+        )
+        assert FUNCTIONS <= {name for name, _ in functions}
+        assert {owner for _, owner in functions} == {role}
+
+        for elsewhere in ("lc_not_there", "public"):
+            with leasecron.open_store(f"{base}?schema={elsewhere}") as store:
+                with pytest.raises(StoreError, match="permission denied") as info:
+                    store.claim(JOB, 0, runner="r1")
+                assert not isinstance(info.value, StoreUnavailable)
+    finally:
+        _query(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+        _query(f"DROP ROLE IF EXISTS {role}")
+
+
+# -- 5. Migrations --------------------------------------------------------------------------------
+
+
+def _meta(schema: str, table: str = TABLE) -> List[Tuple[str, str]]:
+    return sorted(_query(f"SELECT key, value FROM {schema}.{table}_meta"))
+
+
+def test_first_open_stamps_schema_version_1_and_a_second_store_does_not_migrate_again(schema: str) -> None:
+    """The first store stamps schema_version = 1 in <table>_meta; a second store on the same schema
+    reads the version and runs no migration (no CREATE FUNCTION/TABLE, no new stamp), keeping
+    the tables and their data."""
+    first = PostgresStore(_base_url(), schema=schema)
+    try:
+        run = _win(first)
+    finally:
+        first.close()
+    assert SCHEMA_VERSION == 1
+    assert _meta(schema) == [("schema_version", "1")]
+    oids = _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid")
+
+    statements: List[str] = []
+    pool = _counting_pool(statements)
+    try:
+        second = PostgresStore(pool=pool, schema=schema)
+        assert second.get_run(JOB, run.slot_ms) == run
+    finally:
+        pool.closeall()
+    text = "\n".join(statements)
+    assert "schema_version" in text  # it did read the version
+    assert "CREATE FUNCTION" not in text and f"CREATE TABLE {schema}.{TABLE} " not in text
+    assert "INSERT INTO" not in text
+    assert _meta(schema) == [("schema_version", "1")]
+    assert _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid") == oids
+
+
+def test_a_schema_stamped_by_a_newer_version_is_refused_with_upgrade_advice(schema: str) -> None:
+    """A table stamped with a newer schema version (99) is refused with StoreError (not
+    StoreUnavailable, which would be retried) saying to upgrade; the stamp is left alone."""
+    with PostgresStore(_base_url(), schema=schema) as store:
+        _win(store)
+    _query(f"UPDATE {schema}.{TABLE}_meta SET value = '99' WHERE key = 'schema_version'")
+    with PostgresStore(_base_url(), schema=schema) as store:
+        for _ in range(2):  # refused every time, not only at the first call
+            with pytest.raises(StoreError, match="upgrade") as info:
+                store.claim(JOB, 0, runner="r1")
+            assert not isinstance(info.value, StoreUnavailable)
+            assert "99" in str(info.value)
+    assert _meta(schema) == [("schema_version", "99")]
+
+
+def _open_and_claim(url: str, job: str, barrier: Any, results: Any) -> None:
+    """In a child process: open the store, wait for the others, then make the first call."""
+    try:
+        store = leasecron.open_store(url)
+        barrier.wait(30)
+        try:
+            now = store.now_ms()
+            results.put((job, store.claim(job, now - 1_000, runner=job).outcome))
+        finally:
+            store.close()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        results.put((job, f"{type(exc).__name__}: {exc}"))
+
+
+def test_processes_opening_a_fresh_schema_at_once_all_succeed_and_create_it_once(schema: str) -> None:
+    """Four processes making their first call on a schema that does not exist yet, at the same
+    moment: every one succeeds (the creation is serialised), and the schema is created and
+    stamped once."""
+    url = f"{_base_url()}?schema={schema}"
+    results = race_in_processes(_open_and_claim, [(url, f"j{i}") for i in range(4)], timeout=60)
+    assert sorted(results) == [(f"j{i}", "won") for i in range(4)]
+    assert _meta(schema) == [("schema_version", "1")]
+    assert _query("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)) == [(1,)]
+    functions = _query(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s",
+        (schema,),
+    )
+    names = [f for (f,) in functions]
+    assert FUNCTIONS <= set(names) and len(names) == len(set(names)), names
+    with PostgresStore(_base_url(), schema=schema) as store:
+        assert store.jobs() == [f"j{i}" for i in range(4)]
+
+
+def test_a_schema_name_with_capitals_can_be_opened_twice(opened: Callable[..., Any]) -> None:
+    """A schema name with capital letters (a valid identifier) works for every store, not only
+    the first that creates it."""
+    name = "Lc" + uuid.uuid4().hex[:10]
+    try:
+        first = opened(f"{_base_url()}?schema={name}")
+        _win(first)
+        second = opened(f"{_base_url()}?schema={name}")
+        assert second.get_run(JOB, first.runs(JOB)[0].slot_ms) is not None
+        assert _query("SELECT count(*) FROM pg_namespace WHERE lower(nspname) = %s", (name.lower(),)) == [(1,)]
+    finally:
+        _query(f"DROP SCHEMA IF EXISTS {name.lower()} CASCADE")
+
+
+# -- 6. Namespacing ---------------------------------------------------------------------------------
+
+
+def test_two_tables_in_one_schema_do_not_see_each_others_runs(schema: str, opened: Callable[..., Any]) -> None:
+    """Stores with different table= in one schema keep separate runs: the same slot is won in
+    both, and neither store lists, reads or renews the other's run."""
+    a = opened(f"{_base_url()}?schema={schema}&table=runs_a")
+    b = opened(f"{_base_url()}?schema={schema}&table=runs_b")
+    slot = a.now_ms() - 1_000
+    won_a = a.claim(JOB, slot, runner="ra")
+    won_b = b.claim(JOB, slot, runner="rb")
+    assert won_a.outcome == won_b.outcome == "won"
+    assert won_a.run is not None and won_b.run is not None and won_a.run.token != won_b.run.token
+    assert a.finish(JOB, slot, won_a.run.token, "success")
+    assert not b.heartbeat(JOB, slot, won_a.run.token, 30_000)
+    assert [(r.runner, r.status) for r in a.runs(JOB)] == [("ra", "success")]
+    assert [(r.runner, r.status) for r in b.runs(JOB)] == [("rb", "running")]
+    assert a.unfinished(JOB) == [] and [r.runner for r in b.unfinished(JOB)] == ["rb"]
+    assert a.jobs() == b.jobs() == [JOB]
+    other = opened(f"{_base_url()}?schema={schema}&table=runs_c")
+    assert other.jobs() == [] and other.get_run(JOB, slot) is None
+    tables = {r[0] for r in _query("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))}
+    assert {"runs_a", "runs_b", "runs_c"} <= tables
+
+
+# -- 7. The store's own pool --------------------------------------------------------------------------
+
+
+def test_more_threads_than_max_connections_all_complete_on_at_most_that_many_connections(
+    schema: str, opened: Callable[..., Any]
+) -> None:
+    """16 threads sharing a store with max_connections=2 all complete their claims, heartbeats and
+    finishes (they wait for a free connection), on never more than 2 server connections."""
+    app = _unique("lc_app")
+    store = opened(f"{_base_url()}?schema={schema}&max_connections=2&application_name={app}")
+    slot = store.now_ms() - 1_000
+    barrier = threading.Barrier(16)
+    errors: List[BaseException] = []
+    done: List[int] = []
+    most = [0]
+    sampling = threading.Event()
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait(10)
+            for round_ in range(5):
+                job = f"j{i}"
+                claim = store.claim(job, slot + round_, runner=f"r{i}", lease_ms=30_000)
+                assert claim.outcome == "won" and claim.run is not None, claim
+                assert store.heartbeat(job, slot + round_, claim.run.token, 30_000)
+                assert store.finish(job, slot + round_, claim.run.token, "success")
+            with lock:
+                done.append(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append(exc)
+
+    def sample() -> None:
+        while not sampling.is_set():
+            most[0] = max(most[0], len(_backends(app)))
+            sampling.wait(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    sampling.set()
+    sampler.join(5)
+    assert errors == []
+    assert sorted(done) == list(range(16))
+    assert 1 <= most[0] <= 2, most[0]
+    assert len(_backends(app)) <= 2
+    assert sorted(store.jobs()) == sorted(f"j{i}" for i in range(16))
+
+
+@pytest.mark.parametrize("option", ["schema", "table"])
+def test_a_reserved_word_as_schema_or_table_name_is_a_config_error(option: str) -> None:
+    """A name PostgreSQL reserves ("order", "select") fails with ConfigError naming it, not a syntax error."""
+    host, port, dbname = SERVERS.postgres()
+    store = leasecron.open_store(f"postgresql://{host}:{port}/{dbname}?{option}=order")
+    try:
+        with pytest.raises(leasecron.ConfigError, match="'order' is a reserved word"):
+            store.now_ms()
+    finally:
+        store.close()
