@@ -149,6 +149,8 @@ def _check(store: Store) -> None:
         samples.append((time.perf_counter() - before) * 1000)
     print(f"store         {store.kind}  {store!r}")
     print(f"server        {store.server_version()}")
+    for warning in store.durability_warnings():
+        print(f"WARNING       {warning}")
     print(f"schema        ok ({len(jobs)} job(s) with stored runs)")
     print(f"clock offset  {offset:+.1f} ms (the store's clock minus this host's; read with a {trip:.2f} ms round trip)")
     print(

@@ -147,6 +147,13 @@ class Store(abc.ABC):
         """
         return type(self).__name__
 
+    def durability_warnings(self) -> List[str]:
+        """What in the server's configuration can make it forget a lease, for ``leasecron check``.
+
+        Empty when nothing is known to be wrong (the default).
+        """
+        return []
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store's connections. The store is not used afterwards."""

@@ -371,6 +371,21 @@ class PostgresStore(Store):
             cur.execute("SHOW server_version")
             return f"PostgreSQL {cur.fetchone()[0]}"
 
+    def durability_warnings(self) -> List[str]:
+        """Warn when a commit can be acknowledged before it is safely on disk."""
+        with self._cursor("reading the server's settings") as cur:
+            cur.execute(self._q["durability"])
+            settings = dict(cur.fetchall())
+        warnings = []
+        if settings.get("fsync") == "off":
+            warnings.append("fsync is off: a crash of the server's host can lose or corrupt leases")
+        if settings.get("synchronous_commit") == "off":
+            warnings.append(
+                "synchronous_commit is off: a crash of the server can lose the last claims and"
+                " heartbeats it acknowledged"
+            )
+        return warnings
+
     def close(self) -> None:
         """Close the store's own pool; a pool passed in stays the caller's."""
         if self._owns_pool:

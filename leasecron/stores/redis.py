@@ -310,6 +310,30 @@ class RedisStore(Store):
             return f"Valkey {info.get('valkey_version', info.get('redis_version'))}"
         return f"Redis {info.get('redis_version')}"
 
+    def durability_warnings(self) -> List[str]:
+        """Warn when the server does not log every write to its append-only file."""
+        info = self._call("reading INFO persistence", self.client.info, "persistence")
+        if isinstance(info, dict) and info and all(isinstance(v, dict) for v in info.values()):
+            nodes = list(info.values())  # a cluster answers per node
+        else:
+            nodes = [info]
+        if any(str(node.get("aof_enabled", "0")) != "1" for node in nodes):
+            return [
+                "the server runs without AOF (appendonly no): a restart forgets every lease and a slot"
+                " can run twice; set appendonly yes and appendfsync always"
+            ]
+        try:
+            fsync = self.client.config_get("appendfsync")
+        except self._redis.exceptions.RedisError:
+            return []  # CONFIG may be disabled (managed servers): AOF is on, its fsync policy unknown
+        values = set(fsync.values()) if isinstance(fsync, dict) else set()
+        if any(_text(v) != "always" for v in values if isinstance(v, (str, bytes))):
+            return [
+                "appendfsync is not 'always': a crash of the server's host can lose the last second"
+                " of claims and heartbeats; set appendfsync always"
+            ]
+        return []
+
     def close(self) -> None:
         """Close the client if this store created it (from a URL)."""
         if self._owns_client:

@@ -607,3 +607,25 @@ def test_a_reserved_word_as_schema_or_table_name_is_a_config_error(option: str) 
             store.now_ms()
     finally:
         store.close()
+
+
+def test_durability_warnings_name_fsync_off(own_server: pg_servers.PgServer) -> None:
+    """check's durability warning: a server with fsync off (the test server) is named; the CI server is quiet."""
+    store = PostgresStore(own_server.dsn(), schema=f"d{uuid.uuid4().hex[:8]}")
+    try:
+        assert any(w.startswith("fsync is off") for w in store.durability_warnings())
+    finally:
+        store.close()
+    host, port, dbname = SERVERS.postgres()
+    if (host, port) == ("127.0.0.1", 5432):  # the system server: fsync and synchronous_commit on
+        schema = f"d{uuid.uuid4().hex[:8]}"
+        system = PostgresStore(f"postgresql://{host}:{port}/{dbname}", schema=schema)
+        try:
+            assert system.durability_warnings() == []
+        finally:
+            system.close()
+            conn = psycopg2.connect(host=host, port=port, dbname=dbname)
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.close()

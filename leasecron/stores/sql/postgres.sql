@@ -275,6 +275,11 @@ SELECT {schema}.{table}_release(%(job)s, %(slot_ms)s, %(token)s);
 -- Returns: the server's clock, epoch ms.
 SELECT {schema}.{table}_now();
 
+-- name: durability
+-- Returns: (name, setting) of the settings that decide whether a commit
+-- survives a crash.
+SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit');
+
 -- name: get
 -- Takes: job, slot_ms. Returns: the run, or no row.
 SELECT * FROM {schema}.{table} WHERE job = %(job)s AND slot_ms = %(slot_ms)s;
