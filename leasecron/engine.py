@@ -18,7 +18,10 @@ re-read and the slot claimed again when it is due on the store's clock).
 
 On start, each job is recovered (catch-up): its unfinished runs are watched
 or taken over, and the latest slot, if it was due less than ``catch_up_ms``
-ago, is claimed after a jitter with reason ``catch-up``.
+ago, is claimed after a jitter with reason ``catch-up``. A store that cannot
+be used at start (down, refusing the credentials) does not stop the instance:
+the recovery, and the reading of the store's clock, are tried again with a
+backoff (``BOOT_RETRY_MS``) until the store answers.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .clock import StoreClock
 from .context import STOP
+from .errors import StoreError, StoreUnavailable
 from .events import Emitter, log
 from .jobs import Job
 from .live import LiveRun, error_text
@@ -43,6 +47,13 @@ __all__ = ["Engine"]
 
 #: How often the store's clock is read again while running.
 CLOCK_SYNC_MS = 60_000
+#: When the store does not answer at start: the first wait before the start-up
+#: (clock, recovery of each job) is tried again, doubled after each failure up to the last.
+BOOT_RETRY_MS = (500, 30_000)
+
+
+class _Stopping(Exception):
+    """A claim's retry found the engine stopping: it is dropped."""
 
 
 class Engine:
@@ -121,15 +132,33 @@ class Engine:
     # -- the schedule ----------------------------------------------------------------------
 
     def _boot(self, jobs: List[Job]) -> None:
-        self._sync_clock()
+        synced = self._sync_clock()
         for job in jobs:
             self._boot_job(job)
-        self._timers.call_later(CLOCK_SYNC_MS, self._submit, self._resync_clock)
+        if synced:
+            self._timers.call_later(CLOCK_SYNC_MS, self._submit, self._resync_clock)
+        else:  # the store did not answer: until it does, the host's clock stands in for its clock
+            self._timers.call_later(BOOT_RETRY_MS[0], self._submit, self._resync_clock, BOOT_RETRY_MS[0])
 
     def _boot_job(self, job: Job) -> None:
         slot = job.schedule.next_after(self.clock.now_ms())
         self._timers.call_at(slot + self._jitter(job), self._fire, job, slot)
         self._submit(self._recover, job)
+
+    def _recover(self, job: Job, retry_ms: int = BOOT_RETRY_MS[0]) -> None:
+        """Catch-up on start; tried again, with backoff, until the store answers."""
+        try:
+            self._recover_once(job)
+        except StoreError as exc:  # the store is down (or refuses us) at start: never give up on the job
+            log.warning(
+                "leasecron: cannot recover job %r on start: the store %s (%s); trying again in %.1f s",
+                job.name,
+                "is unreachable" if isinstance(exc, StoreUnavailable) else "failed",
+                exc,
+                retry_ms / 1000,
+            )
+            self._emitter.emit("error", job.name, None, error=error_text(exc))
+            self._timers.call_later(retry_ms, self._submit, self._recover, job, min(2 * retry_ms, BOOT_RETRY_MS[1]))
 
     def _fire(self, job: Job, slot_ms: int) -> None:
         """In the scheduler thread, at ``slot_ms`` + jitter: claim it, and plan the next slot."""
@@ -140,7 +169,7 @@ class Engine:
             following = latest
         self._timers.call_at(following + self._jitter(job), self._fire, job, following)
 
-    def _recover(self, job: Job) -> None:
+    def _recover_once(self, job: Job) -> None:
         """Catch-up on start: unfinished runs first, then the missed latest slot."""
         now = self.clock.now_ms()
         latest = job.schedule.at_or_before(now)
@@ -169,22 +198,29 @@ class Engine:
             matters_s = opts.heartbeat_ms / 1000
         else:
             matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self.clock.now_ms()) / 1000
-        sent = time.monotonic()
-        try:
-            claim = call_until(
-                lambda: self.store.claim(
-                    job.name,
-                    slot_ms,
-                    runner=self.runner,
-                    reason=reason,
-                    lease_ms=opts.lease_ms,
-                    max_attempts=opts.max_attempts,
-                    max_late_ms=max_late,
-                    overlap=opts.overlap,
-                    history_size=opts.history_size,
-                ),
-                sent + max(matters_s, 0.0),
+        first = sent = time.monotonic()
+
+        def once() -> Claim:
+            nonlocal sent
+            if self._stopping:  # a retry after stop(): give up quietly, do not keep calling the store
+                raise _Stopping()
+            sent = time.monotonic()  # the try that wins starts the lease: the local deadline counts from it
+            return self.store.claim(
+                job.name,
+                slot_ms,
+                runner=self.runner,
+                reason=reason,
+                lease_ms=opts.lease_ms,
+                max_attempts=opts.max_attempts,
+                max_late_ms=max_late,
+                overlap=opts.overlap,
+                history_size=opts.history_size,
             )
+
+        try:
+            claim = call_until(once, first + max(matters_s, 0.0))
+        except _Stopping:
+            return None
         except Exception as exc:  # noqa: BLE001 - reported; the next slot or check tries again
             log.error("leasecron: %s claim of job %r slot %d failed: %s", reason, job.name, slot_ms, exc)
             self._emitter.emit("error", job.name, slot_ms, reason=reason, error=error_text(exc))
@@ -322,19 +358,24 @@ class Engine:
     def _jitter(self, job: Job) -> float:
         return random.uniform(0, job.options.jitter_ms)
 
-    def _sync_clock(self) -> None:
+    def _sync_clock(self) -> bool:
+        """Measure the store's clock; False (logged) when the store did not answer."""
         try:
             self.clock.sync()
         except Exception as exc:  # noqa: BLE001 - keep the last estimate; tried again later
             log.warning("leasecron: cannot read the store's clock: %s", exc)
             self._emitter.emit("error", None, None, error=error_text(exc))
-        else:
-            log.debug(
-                "leasecron: store clock offset %.1f ms, round trip %.2f ms",
-                self.clock.offset_ms,
-                self.clock.round_trip_ms or 0.0,
-            )
+            return False
+        log.debug(
+            "leasecron: store clock offset %.1f ms, round trip %.2f ms",
+            self.clock.offset_ms,
+            self.clock.round_trip_ms or 0.0,
+        )
+        return True
 
-    def _resync_clock(self) -> None:
-        self._sync_clock()
-        self._timers.call_later(CLOCK_SYNC_MS, self._submit, self._resync_clock)
+    def _resync_clock(self, retry_ms: Optional[int] = None) -> None:
+        """Read the store's clock again: every minute, or sooner (with backoff) while it never answered."""
+        if self._sync_clock() or retry_ms is None:
+            self._timers.call_later(CLOCK_SYNC_MS, self._submit, self._resync_clock)
+        else:
+            self._timers.call_later(retry_ms, self._submit, self._resync_clock, min(2 * retry_ms, BOOT_RETRY_MS[1]))

@@ -37,3 +37,9 @@ class Aborted(LeaseCronError):
     Raise it from a handler (or call ``ctx.signal.raise_if_aborted()``) when
     ``ctx.signal`` is aborted, so that a stopping instance hands the run over.
     """
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -101,6 +101,6 @@ class Emitter:
         for callback in callbacks:
             try:
                 callback(event)
-            except Exception:
+            except BaseException:  # noqa: BLE001 - SystemExit too: this is one of leasecron's threads
                 log.exception("leasecron: %s callback %r failed (ignored)", name, callback)
         return event

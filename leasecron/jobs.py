@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 from .errors import ConfigError
 from .options import JobOptions, resolve_options
 from .schedules import Schedule, ScheduleSpec, make_schedule
+from .stores.base import check_job_name
 
 __all__ = ["Job", "make_job"]
 
@@ -40,6 +41,7 @@ def make_job(
         name = f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', repr(func))}"
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"job name must be a non-empty string, not {name!r}")
+    check_job_name(name)  # what every store can keep: no NUL, no lone surrogate, at most 1 KiB
     options = resolve_options(defaults, overrides, name)
     try:
         sched = make_schedule(schedule, options.tz)

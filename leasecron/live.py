@@ -42,9 +42,19 @@ _MAX_ERROR_CHARS = 4_000
 
 
 def error_text(exc: BaseException) -> str:
-    """The text a failed run records: the exception's type and message."""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:_MAX_ERROR_CHARS]
+    """The text a failed run records: the exception's type and message.
+
+    Text no store can keep is escaped (a lone surrogate, say from a file name
+    decoded with ``surrogateescape``, becomes ``\\udcff``), and a message that
+    cannot be built (``__str__`` raises) is shown as ``<unprintable>``, so the
+    run is still recorded as failed.
+    """
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - the type alone still says what failed
+        message = "<unprintable>"
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:_MAX_ERROR_CHARS]
 
 
 class LiveRun:

@@ -26,6 +26,7 @@ from .options import check_option
 from .runs import Run
 from .schedules import ScheduleSpec
 from .stores import Store, open_store
+from .stores.base import MAX_INT, check_text
 
 __all__ = ["LeaseCron", "default_runner"]
 
@@ -69,9 +70,11 @@ class LeaseCron:
             raise ConfigError(f"store must be a leasecron Store or a store URL, not {store!r}")
         if runner is not None and (not isinstance(runner, str) or not runner):
             raise ConfigError(f"runner must be a non-empty string, not {runner!r}")
+        if runner is not None:
+            check_text("runner", runner)
         for name, value, minimum in (("stop_timeout_ms", stop_timeout_ms, 0), ("claim_threads", claim_threads, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ConfigError(f"LeaseCron: {name} must be an integer >= {minimum}, not {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
+                raise ConfigError(f"LeaseCron: {name} must be an integer from {minimum} to 2**50, not {value!r}")
         given: Dict[str, Any] = dict(
             lease_ms=lease_ms,
             heartbeat_ms=heartbeat_ms,

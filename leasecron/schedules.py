@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-from .errors import ConfigError
+from .errors import ConfigError, shown
 
 __all__ = ["Schedule", "CronSchedule", "IntervalSchedule", "ScheduleSpec", "make_schedule"]
 
@@ -48,11 +48,11 @@ class CronSchedule(Schedule):
         self.tz = tz
         self._zone = time_zone(tz)
         if not croniter.is_valid(expression):
-            raise ConfigError(f"not a valid cron expression: {expression!r}")
+            raise ConfigError(f"not a valid cron expression: {shown(expression)}")
         try:
             self.next_after(0)
         except CroniterBadDateError:
-            raise ConfigError(f"cron expression {expression!r} never fires") from None
+            raise ConfigError(f"cron expression {shown(expression)} never fires") from None
 
     def _at(self, ms: int) -> datetime:
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone(self._zone)
@@ -103,10 +103,16 @@ def make_schedule(spec: ScheduleSpec, tz: str = "UTC") -> Schedule:
     )
 
 
+#: The longest interval, in ms (2**50 ms is some 35 000 years), as for every other time.
+MAX_INTERVAL_MS = 2**50
+
+
 def _whole_ms(seconds: float, spec: object) -> int:
     ms = seconds * 1000
-    if ms != ms or ms <= 0 or ms != int(ms):  # NaN, not positive, or a fraction of a ms
+    if ms != ms or ms <= 0 or ms == float("inf") or ms != int(ms):  # NaN, not positive, infinite, a fraction of a ms
         raise ConfigError(f"interval must be a positive whole number of milliseconds, not {spec!r}")
+    if ms > MAX_INTERVAL_MS:
+        raise ConfigError(f"interval must be at most 2**50 ms (some 35 000 years), not {spec!r}")
     return int(ms)
 
 
@@ -116,5 +122,5 @@ def time_zone(tz: str) -> ZoneInfo:
         raise ConfigError(f"tz must be an IANA time zone name, not {tz!r}")
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"unknown time zone {tz!r}") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
+        raise ConfigError(f"unknown time zone {shown(tz)}") from None

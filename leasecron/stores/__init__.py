@@ -20,6 +20,7 @@ A backend whose client library is an optional extra imports it through
 from __future__ import annotations
 
 import importlib
+import re
 from types import ModuleType
 from typing import Dict, Tuple
 from urllib.parse import urlsplit
@@ -53,7 +54,10 @@ def open_store(url: str) -> Store:
     """
     if not isinstance(url, str) or "://" not in url:
         raise ConfigError(f"store URL must look like scheme://..., not {url!r}; known schemes: {_known()}")
-    scheme = urlsplit(url).scheme.lower()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as exc:  # urllib's own complaint, say "Invalid IPv6 URL"
+        raise ConfigError(f"bad store URL {_masked(url)!r}: {exc}") from None
     if scheme not in SCHEMES:
         raise ConfigError(f"unknown store URL scheme {scheme!r} in {url!r}; known schemes: {_known()}")
     module_name, class_name = SCHEMES[scheme]
@@ -71,6 +75,11 @@ def require(module: str, *, extra: str, store: str) -> ModuleType:
             f"{store} needs the Python package {module!r}, which is not installed:"
             f" pip install 'leasecron[{extra}]'"
         ) from exc
+
+
+def _masked(url: str) -> str:
+    """``url`` with the password of its user part masked, read without urllib (which failed)."""
+    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
 def _known() -> str:

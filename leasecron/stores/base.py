@@ -26,12 +26,15 @@ import abc
 from types import TracebackType
 from typing import List, Optional, Type
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..runs import FINISH_STATUSES, REASONS, SCHEDULE, Claim, Run
 
 __all__ = [
     "MAX_INT",
+    "MAX_NAME_BYTES",
     "Store",
+    "check_job_name",
+    "check_text",
     "OVERLAP_MODES",
     "validate_claim_args",
     "validate_finish_args",
@@ -180,10 +183,37 @@ def _require(ok: bool, message: str) -> None:
 MAX_INT = 2**50
 
 
-def _check_name(job: object) -> None:
+#: The longest job name, in bytes of UTF-8: every store can key and index it
+#: (PostgreSQL's btree index rows hold at most about 2.7 kB).
+MAX_NAME_BYTES = 1024
+
+
+def check_text(what: str, value: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``value`` is a string every store can
+    keep: no NUL character, and no lone surrogate (it could not be encoded as UTF-8)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string, not {shown(value)}")
+    _require("\x00" not in value, f"{what} must not contain a NUL character: {shown(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} must be valid Unicode text, but has a lone surrogate at index {exc.start}: {shown(value)}"
+        ) from None
+
+
+def check_job_name(job: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``job`` is a job name every store
+    accepts: a non-empty string without NUL or lone surrogates, at most
+    :data:`MAX_NAME_BYTES` bytes in UTF-8."""
     if not isinstance(job, str) or job == "":
-        raise ConfigError(f"job name must be a non-empty string, not {job!r}")
-    _require("\x00" not in job, f"job name must not contain a NUL character: {job!r}")
+        raise ConfigError(f"job name must be a non-empty string, not {shown(job)}")
+    check_text("job name", job)
+    size = len(job.encode("utf-8"))
+    _require(
+        size <= MAX_NAME_BYTES,
+        f"job name must be at most {MAX_NAME_BYTES} bytes in UTF-8, not {size}: {shown(job)}",
+    )
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
@@ -205,9 +235,10 @@ def validate_claim_args(
     history_size: int,
 ) -> None:
     """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a claim."""
-    _check_name(job)
+    check_job_name(job)
     _check_int("slot_ms", slot_ms, 0)
     _require(isinstance(runner, str) and runner != "", f"runner must be a non-empty string, not {runner!r}")
+    check_text("runner", runner)
     _require(reason in REASONS, f"reason must be one of {', '.join(REASONS)}, not {reason!r}")
     _check_int("lease_ms", lease_ms, 1)
     _check_int("max_attempts", max_attempts, 1)
@@ -223,6 +254,8 @@ def validate_finish_args(
     validate_token_args(job, slot_ms, token)
     _require(status in FINISH_STATUSES, f"status must be 'success' or 'failed', not {status!r}")
     _require(error is None or isinstance(error, str), f"error must be a string or None, not {error!r}")
+    if error is not None:
+        check_text("error", error.replace("\x00", ""))  # a NUL is kept (or replaced) by the store
 
 
 def validate_heartbeat_args(job: str, slot_ms: int, token: str, lease_ms: int) -> None:
@@ -233,6 +266,6 @@ def validate_heartbeat_args(job: str, slot_ms: int, token: str, lease_ms: int) -
 
 def validate_token_args(job: str, slot_ms: int, token: str) -> None:
     """Raise :class:`~leasecron.ConfigError` naming the first bad job, slot or token."""
-    _check_name(job)
+    check_job_name(job)
     _check_int("slot_ms", slot_ms, 0)
-    _require(isinstance(token, str), f"token must be a string, not {token!r}")
+    check_text("token", token)

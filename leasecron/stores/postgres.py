@@ -44,7 +44,7 @@ from .base import (
     validate_token_args,
 )
 from .queries import check_identifier, load_queries
-from .rules import new_token
+from .rules import new_token, read_record
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
@@ -71,20 +71,7 @@ _RUN_COLUMNS = (
 
 def _run(row: Tuple[Any, ...]) -> Run:
     data = dict(zip(_RUN_COLUMNS, row))
-    return Run(
-        job=data["job"],
-        slot_ms=data["slot_ms"],
-        attempt=data["attempt"],
-        token=data["token"],
-        runner=data["runner"],
-        status=data["status"],
-        lease_end_ms=data["lease_end_ms"],
-        handed_over=data["handovers"] > 0,
-        reason=data["reason"],
-        error=data["error"],
-        started_ms=data["started_ms"],
-        finished_ms=data["finished_ms"],
-    )
+    return read_record(data["job"], data["slot_ms"], data).to_run()  # StoreError if it was tampered with
 
 
 def _no_nul(text: str) -> str:
@@ -352,13 +339,16 @@ class PostgresStore(Store):
         return bool(self._one("release", f"release of {job!r}", **params)[0])
 
     def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        validate_token_args(job, slot_ms, "")  # job and slot_ms
         rows = self._all("get", f"reading {job!r}", job=job, slot_ms=slot_ms)
         return _run(rows[0]) if rows else None
 
     def unfinished(self, job: str) -> List[Run]:
+        validate_token_args(job, 0, "")
         return [_run(row) for row in self._all("unfinished", f"reading {job!r}", job=job)]
 
     def runs(self, job: str, limit: int = 20) -> List[Run]:
+        validate_token_args(job, 0, "")
         rows = self._all("runs", f"reading {job!r}", job=job, limit=max(0, int(limit)))
         return [_run(row) for row in rows]
 
@@ -395,8 +385,18 @@ class PostgresStore(Store):
         return f"PostgresStore({self._label!r}, schema={self.schema!r}, table={self.table!r})"
 
 
+#: What the server answers a connection whose role it refuses. libpq reports these without a
+#: SQLSTATE, so they are recognised by their text.
+_AUTH_REFUSALS = ("authentication failed", "role \"", "no pg_hba.conf entry", "no password supplied")
+
+
 def _store_error(psycopg2: Any, exc: Exception, doing: str) -> StoreError:
     text = f"PostgreSQL {doing}: {type(exc).__name__}: {str(exc).strip()}"
+    if isinstance(exc, psycopg2.OperationalError) and getattr(exc, "pgcode", None) is None:
+        message = str(exc)
+        if any(refusal in message for refusal in _AUTH_REFUSALS):
+            # not worth retrying: the same role is refused again
+            return StoreError(f"PostgreSQL {doing}: authentication failed: {type(exc).__name__}: {message.strip()}")
     errors = psycopg2.errors
     retryable = (
         psycopg2.OperationalError,
@@ -427,6 +427,11 @@ def _with_defaults(dsn: str) -> str:
         given = extensions.parse_dsn(dsn)
     except Exception as exc:  # psycopg2.ProgrammingError: a DSN libpq cannot read
         raise ConfigError(f"bad PostgreSQL DSN {_safe_dsn(dsn)!r}: {str(exc).strip()}") from exc
+    for port in str(given.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):  # libpq only says so when it connects
+            raise ConfigError(
+                f"bad PostgreSQL DSN {_safe_dsn(dsn)!r}: port must be a number from 1 to 65535, not {port!r}"
+            )
     extra = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in given}
     return str(extensions.make_dsn(dsn, **extra)) if extra else dsn
 

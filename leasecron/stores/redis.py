@@ -49,7 +49,7 @@ from importlib import resources
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..errors import ConfigError, StoreError, StoreUnavailable, shown
 from ..runs import Claim, Run
 from . import require
 from .base import (
@@ -59,7 +59,7 @@ from .base import (
     validate_heartbeat_args,
     validate_token_args,
 )
-from .rules import new_token
+from .rules import new_token, read_record
 
 __all__ = ["RedisStore", "job_keys"]
 
@@ -108,23 +108,17 @@ def _text(value: Union[str, bytes]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _run(job: str, slot: Union[str, bytes], raw: Union[str, bytes]) -> Run:
-    data = json.loads(_text(raw))
-    finished = data.get("finished_ms")
-    return Run(
-        job=job,
-        slot_ms=int(slot),
-        attempt=int(data["attempt"]),
-        token=data["token"],
-        runner=data["runner"],
-        status=data["status"],
-        lease_end_ms=int(data["lease_end_ms"]),
-        handed_over=int(data["handovers"]) > 0,
-        reason=data["reason"],
-        error=data.get("error"),
-        started_ms=int(data["started_ms"]),
-        finished_ms=None if finished is None else int(finished),
-    )
+def _run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]) -> Run:
+    """The run stored as JSON ``raw``; StoreError naming the job and slot if it was tampered with."""
+    slot_text = _text(slot)
+    unreadable = f"the stored run of job {job!r} at slot {slot_text} is unreadable"
+    try:
+        data = json.loads(_text(raw)) if raw is not None else None
+    except ValueError as exc:  # not JSON (or not UTF-8)
+        raise StoreError(f"{unreadable}: not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"{unreadable}: {shown(data)} is no JSON object")
+    return read_record(job, slot_text, data).to_run()
 
 
 class RedisStore(Store):
@@ -170,6 +164,12 @@ class RedisStore(Store):
         scheme = parts.scheme.lower()
         if scheme not in URL_SCHEMES:
             raise ConfigError(f"RedisStore URL must start with one of {', '.join(URL_SCHEMES)}, not {url!r}")
+        database = parts.path.strip("/")
+        if database and not database.isdigit():  # redis-py would quietly use database 0
+            raise ConfigError(
+                f"bad Redis URL {_safe_url(url)!r}: the database must be a number (redis://host:6379/0),"
+                f" not {database!r}"
+            )
         query = parse_qs(parts.query, keep_blank_values=True)
         prefix = query.pop("prefix", ["leasecron"])[-1]
         cluster = query.pop("cluster", ["false"])[-1].lower()
@@ -358,6 +358,9 @@ def _store_error(redis: Any, exc: Exception, doing: str) -> StoreError:
         e.MasterDownError,
     )
     text = f"Redis {doing}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, (e.AuthenticationError, e.AuthenticationWrongNumberOfArgsError)):
+        # not worth retrying: the same credentials are refused again (redis-py makes it a ConnectionError)
+        return StoreError(f"Redis {doing}: authentication failed: {type(exc).__name__}: {exc}")
     if isinstance(exc, retryable):
         return StoreUnavailable(text)
     return StoreError(text)

@@ -21,13 +21,15 @@ import abc
 import dataclasses
 import secrets
 from contextlib import AbstractContextManager
-from typing import List, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
+from ..errors import StoreError, shown
 from ..runs import (
     EARLY_TOLERANCE_MS,
     INTERRUPTED,
     LATE_TOLERANCE_MS,
     RUNNING,
+    STATUSES,
     TAKEOVER,
     WON,
     Claim,
@@ -42,7 +44,7 @@ from .base import (
     validate_token_args,
 )
 
-__all__ = ["Record", "Table", "TableStore", "new_token"]
+__all__ = ["Record", "Table", "TableStore", "new_token", "read_record"]
 
 
 def new_token() -> str:
@@ -90,6 +92,66 @@ class Record:
         self.status = INTERRUPTED
         self.error = why
         self.finished_ms = now_ms
+
+
+def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
+    """The record a store read for ``job`` at ``slot_ms``, checked field by field.
+
+    ``fields`` holds the other fields of :class:`Record` (more are ignored);
+    an integer may be given as its decimal text (Redis keeps them so). A
+    record that was tampered with or is corrupt (a field missing, of the
+    wrong type, a status that is none of the four, a slot no datetime can
+    hold) raises :class:`~leasecron.StoreError` naming the job and the slot,
+    never a ``KeyError`` or ``TypeError`` from deep inside.
+    """
+    try:
+        record = Record(
+            job=job,
+            slot_ms=_stored_int(slot_ms, "slot_ms", 0),
+            attempt=_stored_int(fields["attempt"], "attempt", 1),
+            token=_stored_text(fields["token"], "token"),
+            runner=_stored_text(fields["runner"], "runner"),
+            status=_stored_text(fields["status"], "status"),
+            lease_end_ms=_stored_int(fields["lease_end_ms"], "lease_end_ms"),
+            released=_stored_flag(fields.get("released", False), "released"),
+            handovers=_stored_int(fields["handovers"], "handovers", 0),
+            reason=_stored_text(fields["reason"], "reason"),
+            error=None if fields.get("error") is None else _stored_text(fields["error"], "error"),
+            started_ms=_stored_int(fields["started_ms"], "started_ms"),
+            finished_ms=None if fields.get("finished_ms") is None else _stored_int(fields["finished_ms"], "finished_ms"),
+        )
+        if record.status not in STATUSES:
+            raise ValueError(f"status is {shown(record.status)}, not one of {', '.join(STATUSES)}")
+        slot_datetime(record.slot_ms)  # a slot past the year 9999 cannot be a Run
+    except KeyError as exc:
+        raise StoreError(f"the stored run of job {job!r} at slot {slot_ms} is unreadable: {exc} is missing") from exc
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise StoreError(f"the stored run of job {job!r} at slot {slot_ms} is unreadable: {exc}") from exc
+    return record
+
+
+def _stored_int(value: object, field: str, minimum: Optional[int] = None) -> int:
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{field} is {shown(value)}, not an integer")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{field} is {value}, less than {minimum}")
+    return value
+
+
+def _stored_flag(value: object, field: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1, "0", "1"):
+        return value in (1, "1")
+    raise TypeError(f"{field} is {shown(value)}, not a flag (0 or 1)")
+
+
+def _stored_text(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} is {shown(value)}, not text")
+    return value
 
 
 class Table(abc.ABC):
@@ -249,15 +311,18 @@ class TableStore(Store):
             return True
 
     def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        validate_token_args(job, slot_ms, "")  # job and slot_ms
         with self._read() as table:
             record = table.get(job, slot_ms)
         return None if record is None else record.to_run()
 
     def unfinished(self, job: str) -> List[Run]:
+        validate_token_args(job, 0, "")
         with self._read() as table:
             return [r.to_run() for r in table.running(job)]
 
     def runs(self, job: str, limit: int = 20) -> List[Run]:
+        validate_token_args(job, 0, "")
         with self._read() as table:
             return [r.to_run() for r in table.latest(job, max(0, limit))]
 

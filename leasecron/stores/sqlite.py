@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .queries import check_identifier, load_queries
-from .rules import Record, Table, TableStore
+from .rules import Record, Table, TableStore, read_record
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -41,8 +41,7 @@ SCHEMA_VERSION = 1
 
 def _record(row: sqlite3.Row) -> Record:
     data = dict(row)
-    data["released"] = bool(data["released"])
-    return Record(**data)
+    return read_record(data["job"], data["slot_ms"], data)  # StoreError if it was tampered with
 
 
 class _SQLiteTable(Table):

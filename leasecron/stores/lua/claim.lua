@@ -36,7 +36,7 @@ end
 -- The slot already has a run.
 local raw = redis.call('HGET', K.runs, slot)
 if raw then
-  local run = decode(raw)
+  local run = decode(raw, slot)
   if run.status ~= 'running' then
     return {'done', slot, raw}
   end
@@ -69,18 +69,21 @@ local newest = newest_slot()
 if newest and tonumber(newest) > slot_ms then
   return {'late', newest, redis.call('HGET', K.runs, newest)}
 end
-local earlier = redis.call('ZREVRANGEBYSCORE', K.running, '(' .. slot, '-inf')
+-- The earlier running runs, newest first, every one read (and checked) before anything is written.
+local earlier = {}
+for _, at in ipairs(redis.call('ZREVRANGEBYSCORE', K.running, '(' .. slot, '-inf')) do
+  earlier[#earlier + 1] = {at, load(at) or unreadable(at, 'listed as running but not stored')}
+end
 if overlap == 'skip' then
-  for _, at in ipairs(earlier) do
-    if load(at).lease_end_ms > now then
-      return {'overlap', at, redis.call('HGET', K.runs, at)}
+  for _, entry in ipairs(earlier) do
+    if entry[2].lease_end_ms > now then
+      return {'overlap', entry[1], redis.call('HGET', K.runs, entry[1])}
     end
   end
 end
-for _, at in ipairs(earlier) do
-  local old = load(at)
-  if old.lease_end_ms <= now then
-    finish_run(at, old, now, 'interrupted', superseded(slot_ms))
+for _, entry in ipairs(earlier) do
+  if entry[2].lease_end_ms <= now then
+    finish_run(entry[1], entry[2], now, 'interrupted', superseded(slot_ms))
   end
 end
 

@@ -28,12 +28,31 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The fields every stored run has, and their Lua types once decoded.
+local REQUIRED = {attempt = 'number', lease_end_ms = 'number', handovers = 'number', started_ms = 'number',
+  status = 'string', token = 'string'}
+
+-- Refuse to act on a run whose stored JSON was tampered with or is corrupt:
+-- the script stops with an error reply naming the slot, before it writes
+-- anything.
+local function unreadable(slot, why)
+  error({err = 'ERR leasecron: the stored run at slot ' .. tostring(slot) .. ' is unreadable: ' .. why})
+end
+
 -- A stored run's JSON as a table, with its integers as numbers.
-local function decode(raw)
-  local run = cjson.decode(raw)
+local function decode(raw, slot)
+  local ok, run = pcall(cjson.decode, raw)
+  if not ok or type(run) ~= 'table' then
+    unreadable(slot, 'not a JSON object')
+  end
   for _, field in ipairs(INTEGERS) do
     if run[field] ~= nil then
       run[field] = tonumber(run[field])
+    end
+  end
+  for field, kind in pairs(REQUIRED) do
+    if type(run[field]) ~= kind then
+      unreadable(slot, field .. ' is missing or not a ' .. kind)
     end
   end
   return run
@@ -42,7 +61,7 @@ end
 -- The run stored at `slot` (a decimal string), or nil.
 local function load(slot)
   local raw = redis.call('HGET', K.runs, slot)
-  return raw and decode(raw) or nil
+  return raw and decode(raw, slot) or nil
 end
 
 -- Store `run` at `slot`; returns the JSON written.
