@@ -1,0 +1,644 @@
+"""The chaos checker's specification: small synthetic logs, no processes.
+
+:func:`clean_run` writes the logs of three instances (A, B, C) that show
+every kind of event the checker judges: a takeover after SIGKILL, a takeover
+of a frozen runner whose heartbeat is refused after SIGCONT, a hand-over
+after SIGTERM, a skipped overlap, a refused late claim and a planned failure.
+It passes; each other test breaks one thing and expects the invariant that
+names it to report a violation. Times are ms on one clock (``mono_ns`` and
+``wall_ns`` alike), slots are ms too.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from chaoslib.checker import DEFAULT_JOBS, Config, Report, check
+
+pytestmark = pytest.mark.timeout(30)
+
+LEASE, HB = 2_000, 500
+
+
+def ns(ms: float) -> int:
+    """Milliseconds to nanoseconds."""
+    return int(ms * 1_000_000)
+
+
+class Sim:
+    """Builds instance logs, nemesis lines and final records; writes them and runs the checker."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path / "logs"
+        self.tmp_path = tmp_path
+        self.logs: Dict[str, List[Dict[str, Any]]] = {}
+        self.pids: Dict[str, int] = {}
+        self.records: Dict[str, List[Dict[str, Any]]] = {}
+        self.sink_rows: Optional[Dict[tuple, tuple]] = None
+
+    # -- lines -------------------------------------------------------------------------------
+
+    def line(self, runner: str, ev: str, at: float, **fields: Any) -> Dict[str, Any]:
+        """One line of ``runner``'s log at ``at`` ms."""
+        line = {"ev": ev, "runner": runner, "pid": self.pids[runner], "wall_ns": ns(at), "mono_ns": ns(at), **fields}
+        self.logs.setdefault(runner, []).append(line)
+        return line
+
+    def instance(self, runner: str, pid: int, at: float = 0) -> None:
+        """An instance that logs ready and running."""
+        self.pids[runner] = pid
+        self.line(runner, "ready", at, store="sqlite", lease_ms=LEASE, heartbeat_ms=HB)
+        self.line(runner, "running", at + 1)
+
+    def nemesis(self, action: str, at: float, runner: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
+        """A nemesis line (``pid`` of ``runner`` when given)."""
+        line = {"ev": "nemesis", "action": action, "runner": runner, "pid": self.pids.get(runner or ""),
+                "wall_ns": ns(at), "mono_ns": ns(at), **fields}  # fmt: skip
+        self.logs.setdefault("nemesis", []).append(line)
+        return line
+
+    def claim(
+        self, runner: str, job: str, slot: int, at: float, outcome: str, reason: str = "schedule",
+        attempt: Optional[int] = None, token: Optional[str] = None, run_slot: Optional[int] = None,
+    ) -> Dict[str, Any]:  # fmt: skip
+        """A claim sent at ``at`` and answered 1 ms later."""
+        return self.line(
+            runner, "claim", at + 1, job=job, slot_ms=slot, reason=reason, outcome=outcome, attempt=attempt,
+            token=token, run_slot_ms=run_slot if run_slot is not None else (slot if token else None),
+            t0_mono_ns=ns(at), t1_mono_ns=ns(at + 1),
+        )  # fmt: skip
+
+    def won(
+        self, runner: str, job: str, slot: int, attempt: int, token: str, at: float, reason: str = "schedule"
+    ) -> Dict[str, Any]:
+        """A won claim."""
+        return self.claim(runner, job, slot, at, "won", reason, attempt, token)
+
+    def call(
+        self, runner: str, ev: str, ids: Dict[str, Any], at: float, ok: Optional[bool], **fields: Any
+    ) -> Dict[str, Any]:
+        """A heartbeat, finish or release sent at ``at`` and answered 1 ms later."""
+        return self.line(runner, ev, at + 1, ok=ok, sent_mono_ns=ns(at), recv_mono_ns=ns(at + 1), **ids, **fields)
+
+    def ticks(self, runner: str, ids: Dict[str, Any], first: float, last: float) -> None:
+        """Ticks every 10 ms from ``first`` to ``last`` inclusive."""
+        t = first
+        while t <= last:
+            self.line(runner, "tick", t, **ids)
+            t += 10
+
+    def run(
+        self, runner: str, job: str, slot: int, attempt: int, token: str, start: float, stop: float,
+        outcome: str = "returned", reason: str = "schedule",
+    ) -> SimpleNamespace:  # fmt: skip
+        """A handler from ``start`` to ``stop`` with ticks and heartbeats; ``outcome`` returned,
+        raised, or ``open`` (no end: the caller writes what happens next)."""
+        ids = {"job": job, "slot_ms": slot, "attempt": attempt, "token": token}
+        h = SimpleNamespace(ids=ids)
+        h.start = self.line(runner, "start", start, reason=reason, **ids)
+        self.ticks(runner, ids, start + 1, stop - 1)
+        h.heartbeats = [self.call(runner, "heartbeat", ids, t, True) for t in range(int(start) + HB, int(stop), HB)]
+        if outcome == "returned":
+            h.sink = self.line(runner, "sink", stop, accepted=True, **ids)
+            h.end = self.line(runner, "end", stop, outcome="returned", **ids)
+            h.finish = self.call(runner, "finish", ids, stop + 1, True, status="success")
+            self.line(runner, "event", stop + 3, type="success", **ids)
+        elif outcome == "raised":
+            h.end = self.line(runner, "end", stop, outcome="raised", **ids)
+            h.finish = self.call(runner, "finish", ids, stop + 1, True, status="failed", failure="RuntimeError: x")
+            self.line(runner, "event", stop + 3, type="failed", **ids)
+        return h
+
+    def record(
+        self, job: str, slot: int, attempt: int, token: str, runner: str, status: str, error: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """The store's final record of a slot."""
+        rec = {"job": job, "slot_ms": slot, "attempt": attempt, "token": token, "runner": runner, "status": status,
+               "lease_end_ms": 0, "handed_over": False, "reason": "schedule", "error": error,
+               "started_ms": slot, "finished_ms": None, "slot": ""}  # fmt: skip
+        self.records.setdefault(job, []).append(rec)
+        return rec
+
+    # -- output ------------------------------------------------------------------------------
+
+    def check(self, **config: Any) -> Report:
+        """Write the logs (and the sink, if any) and run the checker."""
+        self.dir.mkdir(exist_ok=True)
+        for name, lines in self.logs.items():
+            with open(self.dir / f"{name}.jsonl", "w") as f:
+                f.writelines(json.dumps(line) + "\n" for line in lines)
+        if self.sink_rows is not None:
+            config.setdefault("sink", self._write_sink())
+        cfg = Config(lease_ms=LEASE, heartbeat_ms=HB, max_late_ms=30_000, jobs=dict(DEFAULT_JOBS), **config)
+        return check(self.dir, self.records, cfg)
+
+    def _write_sink(self) -> Path:
+        path = self.tmp_path / "sink.db"
+        conn = sqlite3.connect(str(path))
+        conn.execute("CREATE TABLE IF NOT EXISTS results (job, slot_ms, attempt, token, PRIMARY KEY (job, slot_ms))")
+        conn.executemany(
+            "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?)", [k + v for k, v in (self.sink_rows or {}).items()]
+        )
+        conn.commit()
+        conn.close()
+        return path
+
+
+def clean_run(sim: Sim) -> SimpleNamespace:
+    """A run with every kind of fault and no violation; returns its notable lines for the tests to break."""
+    h = SimpleNamespace()
+    sim.instance("A", 101)
+    sim.instance("B", 102)
+    # every1@1000: A runs it; B is a backup
+    h.a_won_1000 = sim.won("A", "every1", 1000, 1, "a-1000", 1000)
+    sim.claim("B", "every1", 1000, 1000, "running", attempt=1, token="a-1000")
+    h.a_run_1000 = sim.run("A", "every1", 1000, 1, "a-1000", 1002, 1200)
+    sim.record("every1", 1000, 1, "a-1000", "A", "success")
+    # long2@2000: A is killed mid-run, B takes it over
+    sim.won("A", "long2", 2000, 1, "a-2000", 2000)
+    sim.claim("B", "long2", 2000, 2000, "running", attempt=1, token="a-2000")
+    sim.run("A", "long2", 2000, 1, "a-2000", 2002, 3100, outcome="open")
+    h.kill_a = sim.nemesis("kill", 3100, "A")
+    sim.claim("B", "long2", 2000, 4000, "running", reason="takeover", attempt=1, token="a-2000")
+    h.b_won_2000 = sim.won("B", "long2", 2000, 2, "b-2000-2", 5050, reason="takeover")
+    h.b_run_2000 = sim.run("B", "long2", 2000, 2, "b-2000-2", 5052, 5600, reason="takeover")
+    sim.record("long2", 2000, 2, "b-2000-2", "B", "success")
+    # skip3@3000 runs 3.5 s on B, so skip3@6000 is skipped as an overlap
+    h.b_won_3000 = sim.won("B", "skip3", 3000, 1, "b-3000", 3000)
+    sim.run("B", "skip3", 3000, 1, "b-3000", 3002, 6500)
+    sim.record("skip3", 3000, 1, "b-3000", "B", "success")
+    sim.nemesis("start-instance", 3200, "C")
+    sim.instance("C", 103, 3200)
+    h.b_claim_6000 = sim.claim("B", "skip3", 6000, 6000, "overlap", attempt=1, token="b-3000", run_slot=3000)
+    sim.claim("C", "skip3", 6000, 6000, "overlap", attempt=1, token="b-3000", run_slot=3000)
+    # long2@8000: B is frozen, C takes over; B resumes, its heartbeat is refused, it logs lost
+    sim.won("B", "long2", 8000, 1, "b-8000", 8000)
+    sim.claim("C", "long2", 8000, 8000, "running", attempt=1, token="b-8000")
+    b8 = {"job": "long2", "slot_ms": 8000, "attempt": 1, "token": "b-8000"}
+    sim.line("B", "start", 8002, reason="schedule", **b8)
+    sim.ticks("B", b8, 8003, 8093)
+    sim.call("B", "heartbeat", b8, 8050, True)
+    sim.nemesis("stop", 8100, "B")
+    h.c_won_8000 = sim.won("C", "long2", 8000, 2, "c-8000-2", 10100, reason="takeover")
+    h.c_run_8000 = sim.run("C", "long2", 8000, 2, "c-8000-2", 10102, 10400, reason="takeover")
+    h.b_cont = sim.nemesis("cont", 10300, "B")
+    h.b_tick = sim.line("B", "tick", 10301, **b8)
+    h.b_refused = sim.call("B", "heartbeat", b8, 10301, False)
+    h.b_lost = sim.line("B", "event", 10303, type="lost", error="heartbeat refused", **b8)
+    h.b_resumed = [h.b_tick, h.b_refused, h.b_lost]
+    h.b_resumed.append(sim.line("B", "abort", 10303, reason="lost", **b8))
+    h.b_resumed.append(sim.line("B", "end", 10304, outcome="aborted", **b8))
+    sim.record("long2", 8000, 2, "c-8000-2", "C", "success")
+    # every1@10000: B fires it late after the freeze; the store refuses it
+    h.b_resumed.append(sim.claim("B", "every1", 10000, 10310, "late"))
+    # every1@12000: C is sent SIGTERM and hands over; B takes over
+    sim.won("C", "every1", 12000, 1, "c-12000", 12000)
+    sim.claim("B", "every1", 12000, 12000, "running", attempt=1, token="c-12000")
+    c12 = {"job": "every1", "slot_ms": 12000, "attempt": 1, "token": "c-12000"}
+    sim.line("C", "start", 12002, reason="schedule", **c12)
+    sim.ticks("C", c12, 12003, 12193)
+    sim.nemesis("term", 12200, "C")
+    sim.line("C", "abort", 12201, reason="stop", **c12)
+    sim.line("C", "end", 12202, outcome="aborted", **c12)
+    sim.call("C", "release", c12, 12203, True)
+    sim.line("C", "event", 12205, type="handover", **c12)
+    sim.line("C", "stopped", 12300, code=0)
+    sim.won("B", "every1", 12000, 2, "b-12000-2", 12700, reason="takeover")
+    h.b_run_12000 = sim.run("B", "every1", 12000, 2, "b-12000-2", 12702, 12900, reason="takeover")
+    sim.record("every1", 12000, 2, "b-12000-2", "B", "success")
+    # every1@13000: a planned failure on B
+    sim.won("B", "every1", 13000, 1, "b-13000", 13000)
+    sim.run("B", "every1", 13000, 1, "b-13000", 13002, 13200, outcome="raised")
+    sim.record("every1", 13000, 1, "b-13000", "B", "failed", "RuntimeError: chaos: planned failure")
+    sim.nemesis("term", 13900, "B")
+    sim.line("B", "stopped", 14000, code=0)
+    sim.sink_rows = {
+        (r["job"], r["slot_ms"]): (r["attempt"], r["token"])
+        for rs in sim.records.values()
+        for r in rs
+        if r["status"] == "success"
+    }
+    return h
+
+
+def resume_later(h: SimpleNamespace, ms: float) -> None:
+    """Move B's resume after its freeze (SIGCONT, its lines) ``ms`` later: 200 + ``ms`` after C began."""
+    for line in h.b_resumed + [h.b_cont]:
+        for key in ("mono_ns", "wall_ns", "sent_mono_ns", "recv_mono_ns", "t0_mono_ns", "t1_mono_ns"):
+            if key in line:
+                line[key] += ns(ms)
+
+
+def violations(report: Report, name: str) -> List[str]:
+    """The violations of one invariant (the report's table on failure)."""
+    return report.invariants[name].violations
+
+
+def assert_violates(report: Report, name: str) -> None:
+    """Fail unless ``name`` reports a violation."""
+    assert violations(report, name), f"{name} reported no violation\n{report.format_table()}"
+
+
+# -- the clean run -----------------------------------------------------------------------------
+
+
+def test_clean_run_passes_with_every_invariant_checked(tmp_path: Path) -> None:
+    """The clean run has no violation, every invariant checked at least once, and effective faults."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    report = sim.check()
+    assert report.ok, report.format_table()
+    unchecked = [inv.name for inv in report.invariants.values() if inv.checked == 0]
+    assert unchecked == [], report.format_table()
+    assert report.effective, report.format_table()
+    assert report.effects["takeovers"] == 3 and report.effects["refused_heartbeats"] == 1
+    assert report.effects["refused_late_claims"] == 1 and report.effects["kills"] == 1
+    assert report.end_states["completed"] == 6
+    assert report.end_states["skipped as overlap"] == 1 and report.end_states["refused late"] == 1
+    assert report.takeover.samples == [pytest.approx(1952)]
+    assert report.handover.samples == [pytest.approx(502)]
+
+
+def test_table_shows_counts_delays_and_verdict(tmp_path: Path) -> None:
+    """format_table lists every invariant, the delay percentiles, the margin and the verdict."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    table = sim.check().format_table()
+    for text in ("tokens_unique", "handover_delay", "p50=", "p99=", "max=", "scheduling margin 250 ms", "verdict: OK"):
+        assert text in table, table
+
+
+# -- one violation each ------------------------------------------------------------------------
+
+
+def test_duplicate_token(tmp_path: Path) -> None:
+    """Two attempts won with the same token."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.c_won_8000["token"] = "b-8000"
+    assert_violates(sim.check(), "tokens_unique")
+
+
+def test_attempt_gap(tmp_path: Path) -> None:
+    """Attempt 3 won after attempt 1, with no SIGKILL to explain an unlogged attempt 2."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.c_won_8000["attempt"] = 3
+    assert_violates(sim.check(), "attempts_sequential")
+
+
+def test_gap_after_an_unanswered_claim_is_skipped(tmp_path: Path) -> None:
+    """A takeover claim timed out, yet the store carried it out: the gap it leaves is skipped, not a violation."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.line("C", "claim", 9600, job="long2", slot_ms=8000, reason="takeover", outcome=None,
+             error="StoreUnavailable: timed out", t0_mono_ns=ns(9500), t1_mono_ns=ns(9600))  # fmt: skip
+    next(r for r in sim.records["long2"] if r["slot_ms"] == 8000).update(attempt=3)
+    for line in sim.logs["C"] + sim.logs["B"]:  # C's logged takeover was attempt 3 in the store
+        if line.get("token") == "c-8000-2":
+            line["attempt"] = 3
+    report = sim.check()
+    assert not violations(report, "attempts_sequential"), report.format_table()
+    assert report.invariants["attempts_sequential"].skipped == 1
+
+
+def test_record_with_an_older_token(tmp_path: Path) -> None:
+    """The store's record holds attempt 1's token although attempt 2 was won."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    rec = next(r for r in sim.records["long2"] if r["slot_ms"] == 8000)
+    rec.update(attempt=1, token="b-8000")
+    assert_violates(sim.check(), "record_last_token")
+
+
+def test_two_accepted_finishes(tmp_path: Path) -> None:
+    """The resumed older attempt's finish is accepted too."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    b8 = {"job": "long2", "slot_ms": 8000, "attempt": 1, "token": "b-8000"}
+    sim.call("B", "finish", b8, 10305, True, status="success")
+    report = sim.check()
+    assert_violates(report, "one_finish")
+    assert_violates(report, "fencing")
+
+
+def test_older_token_heartbeat_accepted(tmp_path: Path) -> None:
+    """A heartbeat with the older token, sent after the newer attempt was won, is accepted."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_refused["ok"] = True
+    assert_violates(sim.check(), "fencing")
+
+
+def test_overlap_too_long(tmp_path: Path) -> None:
+    """The resumed older attempt ticks 700 ms beside the newer one."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.ticks("B", {"job": "long2", "slot_ms": 8000, "attempt": 1, "token": "b-8000"}, 10311, 11000)
+    assert_violates(sim.check(), "overlap_window")
+
+
+def test_frozen_time_is_not_overlap(tmp_path: Path) -> None:
+    """Ticks before SIGSTOP and one tick after SIGCONT are no overlap, however long the freeze."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    report = sim.check()
+    assert report.invariants["overlap_window"].checked >= 3 and not violations(report, "overlap_window")
+
+
+def test_missing_lost(tmp_path: Path) -> None:
+    """The resumed older attempt never logs lost."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    sim.logs["B"].remove(h.b_lost)
+    assert_violates(sim.check(), "lost_in_time")
+
+
+def test_lost_too_late(tmp_path: Path) -> None:
+    """The resumed older attempt logs lost 700 ms after SIGCONT."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_lost["mono_ns"] = ns(11000)
+    assert_violates(sim.check(), "lost_in_time")
+
+
+def test_resumed_process_may_log_before_the_cont_line(tmp_path: Path) -> None:
+    """The nemesis logs ``cont`` after sending SIGCONT: a tick logged just before that line is after the resume."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    resume_later(h, 500)
+    h.b_cont["mono_ns"] = ns(10802)  # logged after B's first tick (10801) and its heartbeat (sent 10801)
+    report = sim.check()
+    assert report.ok, report.format_table()
+
+
+def test_no_lost_required_from_a_process_killed_right_after_sigcont(tmp_path: Path) -> None:
+    """SIGCONT then SIGKILL 3 ms later: the older attempt had no time to log lost; counted as skipped."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    sim.logs["B"].remove(h.b_lost)
+    sim.nemesis("kill", 10303, "B")  # (B's later lines stay: only this slot's lost matters here)
+    report = sim.check()
+    assert not violations(report, "lost_in_time"), report.format_table()
+    assert report.invariants["lost_in_time"].skipped == 1
+
+
+def test_partitioned_runner_runs_past_its_local_deadline(tmp_path: Path) -> None:
+    """Heartbeats fail (no pause), yet the handler ticks and logs lost long after renewal + lease."""
+    sim = Sim(tmp_path)
+    sim.instance("X", 201)
+    ids = {"job": "long2", "slot_ms": 2000, "attempt": 1, "token": "x"}
+    sim.won("X", "long2", 2000, 1, "x", 2000)
+    sim.line("X", "start", 2002, reason="schedule", **ids)
+    sim.ticks("X", ids, 2003, 5000)
+    sim.call("X", "heartbeat", ids, 2500, True)
+    for t in (3000, 3600, 4200):
+        sim.call("X", "heartbeat", ids, t, None, error="StoreUnavailable: timed out")
+    sim.line("X", "event", 5001, type="lost", error="not renewed", **ids)
+    sim.record("long2", 2000, 1, "x", "X", "running")
+    report = sim.check()
+    assert_violates(report, "local_deadline")
+    assert any("past its local deadline" in v for v in violations(report, "local_deadline"))
+
+
+def test_late_lost_after_the_handler_ended_in_time_is_no_violation(tmp_path: Path) -> None:
+    """The handler ended before its deadline; its finish hung in a stall and lost came late: nothing to abort."""
+    sim = Sim(tmp_path)
+    sim.instance("X", 201)
+    ids = {"job": "long2", "slot_ms": 2000, "attempt": 1, "token": "x"}
+    sim.won("X", "long2", 2000, 1, "x", 2000)
+    sim.line("X", "start", 2002, reason="schedule", **ids)
+    sim.ticks("X", ids, 2003, 3000)
+    sim.call("X", "heartbeat", ids, 2500, True)
+    sim.line("X", "end", 3001, outcome="returned", **ids)
+    sim.line("X", "finish", 4002, ok=None, error="timeout", sent_mono_ns=ns(3002), recv_mono_ns=ns(4002), **ids)
+    sim.line("X", "event", 5000, type="lost", error="not renewed", **ids)  # deadline 4500
+    sim.record("long2", 2000, 1, "x", "X", "running")
+    report = sim.check()
+    assert report.ok, report.format_table()
+    assert report.invariants["local_deadline"].checked == 1
+
+
+def test_takeover_too_slow(tmp_path: Path) -> None:
+    """After SIGKILL the next attempt starts 3.5 s later, with a backup available all along."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_run_2000.start["mono_ns"] = ns(6600)
+    report = sim.check()
+    assert_violates(report, "takeover_delay")
+    assert report.takeover.max == pytest.approx(3500)
+
+
+def test_slow_takeover_during_a_store_restart_is_excused(tmp_path: Path) -> None:
+    """The same slow takeover, while the store restarted, is counted as excused, not as a violation."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_run_2000.start["mono_ns"] = ns(6600)
+    sim.nemesis("store-restart", 3500, duration_ms=1500, how="kill")
+    report = sim.check()
+    assert not violations(report, "takeover_delay"), report.format_table()
+    assert report.takeover.excused == 1
+
+
+def test_resume_without_a_cont_line(tmp_path: Path) -> None:
+    """A frozen process whose SIGCONT was never logged counts as resumed at its next line."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    resume_later(h, 500)
+    sim.logs["nemesis"].remove(h.b_cont)
+    report = sim.check()
+    assert report.ok, report.format_table()
+
+
+def test_handover_too_slow(tmp_path: Path) -> None:
+    """After SIGTERM and a release, the backup starts 1.4 s later."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_run_12000.start["mono_ns"] = ns(13600)
+    assert_violates(sim.check(), "handover_delay")
+
+
+def test_slot_without_an_end_state(tmp_path: Path) -> None:
+    """A slot answered only 'early', and a record interrupted for no known reason."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.claim("B", "every1", 20000, 13500, "early")
+    sim.record("skip3", 9000, 1, "z", "B", "interrupted", "who knows")
+    report = sim.check()
+    found = violations(report, "end_state")
+    assert len(found) == 2, report.format_table()
+
+
+def test_won_slot_without_a_record(tmp_path: Path) -> None:
+    """The store forgot a slot that was won."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.records["every1"] = [r for r in sim.records["every1"] if r["slot_ms"] != 1000]
+    report = sim.check()
+    assert_violates(report, "end_state")
+    assert_violates(report, "record_last_token")
+
+
+def test_run_left_running_with_instances_available(tmp_path: Path) -> None:
+    """A run whose runner ended it stays 'running' while another instance ran for long after."""
+    sim = Sim(tmp_path)
+    sim.instance("X", 201)
+    sim.instance("Y", 202)
+    sim.won("X", "long2", 2000, 1, "x", 2000)
+    sim.claim("Y", "long2", 2000, 2000, "running", attempt=1, token="x")
+    sim.run("X", "long2", 2000, 1, "x", 2002, 2500, outcome="open")
+    sim.line("X", "end", 2500, outcome="returned", job="long2", slot_ms=2000, attempt=1, token="x")
+    sim.record("long2", 2000, 1, "x", "X", "running")
+    sim.line("X", "stopped", 20000, code=0)
+    sim.line("Y", "stopped", 20000, code=0)
+    report = sim.check()
+    assert any("still running" in v for v in violations(report, "end_state")), report.format_table()
+
+
+def test_run_live_at_the_end_is_no_violation(tmp_path: Path) -> None:
+    """A run still running when the logs end is counted as 'running at end'."""
+    sim = Sim(tmp_path)
+    sim.instance("X", 201)
+    sim.won("X", "long2", 2000, 1, "x", 2000)
+    sim.run("X", "long2", 2000, 1, "x", 2002, 3000, outcome="open")
+    sim.record("long2", 2000, 1, "x", "X", "running")
+    report = sim.check()
+    assert report.ok, report.format_table()
+    assert report.end_states["running at end"] == 1
+
+
+def test_attempt_after_a_raising_handler(tmp_path: Path) -> None:
+    """A slot whose handler raised (recorded failed) is won again."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.won("B", "every1", 13000, 2, "b-13000-2", 13500, reason="takeover")
+    report = sim.check()
+    assert_violates(report, "failed_not_retried")
+    assert_violates(report, "dead_runners_only")
+
+
+def test_attempt_after_a_live_runner(tmp_path: Path) -> None:
+    """Without the SIGKILL, the takeover followed a runner that was alive and renewing."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    sim.logs["nemesis"].remove(h.kill_a)
+    assert_violates(sim.check(), "dead_runners_only")
+
+
+def test_too_many_attempts(tmp_path: Path) -> None:
+    """Four attempts, each after a SIGKILL, with max_attempts 3."""
+    sim = Sim(tmp_path)
+    for i, name in enumerate("WXYZ"):
+        sim.instance(name, 300 + i)
+    for i, name in enumerate("WXYZ"):
+        at = 2000 + i * 3000
+        sim.won(name, "long2", 2000, i + 1, f"t{i}", at, reason="takeover" if i else "schedule")
+        sim.run(name, "long2", 2000, i + 1, f"t{i}", at + 2, at + 500, outcome="open" if i < 3 else "returned")
+        if i < 3:
+            sim.nemesis("kill", at + 500, name)
+    sim.record("long2", 2000, 4, "t3", "Z", "success")
+    assert_violates(sim.check(), "max_attempts")
+
+
+def test_skip_won_while_an_earlier_lease_lived(tmp_path: Path) -> None:
+    """skip3@6000 is won while skip3@3000 renewed its lease 500 ms before."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_claim_6000.update(outcome="won", token="b-6000", run_slot_ms=6000)
+    sim.record("skip3", 6000, 1, "b-6000", "B", "success")
+    sim.sink_rows = None
+    report = sim.check()
+    assert_violates(report, "skip_no_overlap")
+    assert "skip3@6000" in violations(report, "skip_no_overlap")[0]
+
+
+def skip_after_unanswered_finish(sim: Sim, earlier_status: str) -> Report:
+    """X's every1@1000 finish times out (its retry is refused); Y wins every1@2000 while X's lease would run."""
+    sim.instance("X", 201)
+    sim.instance("Y", 202)
+    ids = {"job": "every1", "slot_ms": 1000, "attempt": 1, "token": "x"}
+    sim.won("X", "every1", 1000, 1, "x", 1000)
+    sim.run("X", "every1", 1000, 1, "x", 1002, 1300, outcome="open")
+    sim.line("X", "end", 1300, outcome="returned", **ids)
+    sim.line("X", "finish", 2301, ok=None, error="timeout", sent_mono_ns=ns(1301), recv_mono_ns=ns(2301), **ids)
+    sim.call("X", "finish", ids, 2310, False, status="success")
+    sim.record("every1", 1000, 1, "x", "X", earlier_status)
+    sim.won("Y", "every1", 2000, 1, "y", 2000)
+    sim.run("Y", "every1", 2000, 1, "y", 2002, 2200)
+    sim.record("every1", 2000, 1, "y", "Y", "success")
+    return sim.check()
+
+
+def test_skip_after_an_unanswered_finish_that_landed(tmp_path: Path) -> None:
+    """The unanswered finish landed (the record says success): the later win is no overlap."""
+    report = skip_after_unanswered_finish(Sim(tmp_path), "success")
+    assert report.ok, report.format_table()
+    assert report.invariants["skip_no_overlap"].checked == 2
+
+
+def test_skip_after_an_unanswered_finish_that_did_not_land(tmp_path: Path) -> None:
+    """The record shows the earlier attempt still running: its finish never landed, the win overlapped."""
+    assert_violates(skip_after_unanswered_finish(Sim(tmp_path), "running"), "skip_no_overlap")
+
+
+def test_run_started_too_late(tmp_path: Path) -> None:
+    """A claim sent 41 s after its slot (by the wall clock) won a new run."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.a_won_1000["wall_ns"] = ns(1001 + 41_000)
+    assert_violates(sim.check(), "not_late")
+
+
+def test_sink_refused_without_a_newer_writer(tmp_path: Path) -> None:
+    """The sink refused a write although no newer attempt of the slot wrote."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.line("A", "sink", 1150, accepted=False, job="every1", slot_ms=1000, attempt=1, token="a-1000")
+    assert_violates(sim.check(), "sink_newest")
+
+
+def test_sink_holding_an_older_token(tmp_path: Path) -> None:
+    """The sink holds attempt 1's result for a slot completed by attempt 2."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    assert sim.sink_rows is not None
+    sim.sink_rows[("long2", 8000)] = (1, "b-8000")
+    assert_violates(sim.check(), "sink_newest")
+
+
+# -- effectiveness -----------------------------------------------------------------------------
+
+
+def test_run_without_faults_proved_nothing(tmp_path: Path) -> None:
+    """A quiet run passes but says it proved nothing."""
+    sim = Sim(tmp_path)
+    sim.instance("X", 201)
+    sim.instance("Y", 202)
+    sim.won("X", "every1", 1000, 1, "x", 1000)
+    sim.claim("Y", "every1", 1000, 1000, "running", attempt=1, token="x")
+    sim.run("X", "every1", 1000, 1, "x", 1002, 1300)
+    sim.record("every1", 1000, 1, "x", "X", "success")
+    report = sim.check()
+    assert report.ok, report.format_table()
+    assert not report.effective
+    assert set(report.missing_effects) == {"takeovers", "refused_heartbeats", "refused_late_claims"}
+    assert "proved nothing" in report.format_table()
+
+
+def test_malformed_lines_are_counted_not_fatal(tmp_path: Path) -> None:
+    """A torn last line (a SIGKILL mid-write) is ignored and noted."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    report_dir = sim.dir
+    sim.check()
+    with open(report_dir / "A.jsonl", "a") as f:
+        f.write('{"ev": "tick", "runner": "A", "mono')
+    report = check(report_dir, sim.records, Config(lease_ms=LEASE, heartbeat_ms=HB))
+    assert report.ok, report.format_table()
+    assert any("malformed" in n for n in report.notes)
