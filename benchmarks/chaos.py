@@ -22,7 +22,8 @@ directory (a new temporary one unless ``--workdir``). The exit code is 0 when
 no invariant was violated and the faults were effective (takeovers, refused
 heartbeats, refused late claims all happened); 1 when a violation was found,
 the run proved nothing, or an instance exited on its own; 2 when the store's
-server binary is missing.
+server binary is missing; 130 on Ctrl-C (everything the run started is
+stopped first).
 
 Not yet injected: clock steps (``faketime`` on an instance or the store); every
 process here shares the host's clocks.
@@ -46,6 +47,7 @@ from chaoslib.harness import STORE_KINDS, format_summary, run  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    """The command line."""
     p = argparse.ArgumentParser(prog="python benchmarks/chaos.py", description=__doc__.split("\n")[0])
     p.add_argument("--store", required=True, choices=STORE_KINDS)
     p.add_argument("--minutes", type=float, default=3.0, help="length of the run (default: 3)")
@@ -59,6 +61,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run the chaos test the command line asks for; the exit code."""
     args = parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     print(f"seed {seed} (replay: --seed {seed})", flush=True)
@@ -71,6 +74,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except FileNotFoundError as exc:
         print(f"cannot run: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted (seed {seed}); everything the run started was stopped", file=sys.stderr)
+        return 130
     print(report.format_table())
     print(format_summary(summary))
     if args.json is not None:

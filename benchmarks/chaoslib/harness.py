@@ -96,12 +96,15 @@ class WorkerProcess:
 
     @property
     def pid(self) -> Optional[int]:
+        """The current process's id (None before the first launch)."""
         return self.proc.pid if self.proc is not None else None
 
     def alive(self) -> bool:
+        """Whether the current process has not exited."""
         return self.proc is not None and self.proc.poll() is None
 
     def send(self, signum: int) -> None:
+        """Send ``signum`` (a SIGKILL or SIGTERM is remembered: that end is on purpose)."""
         if self.proc is None:
             return
         if signum in (signal.SIGKILL, signal.SIGTERM):
@@ -112,6 +115,7 @@ class WorkerProcess:
             pass
 
     def reap(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the current process to exit; whether it did."""
         if self.proc is None:
             return True
         try:
@@ -206,6 +210,7 @@ class WorkerProcess:
         return bool(self._live)
 
     def stderr_tail(self, chars: int = 2000) -> str:
+        """The end of the instance's stderr file (every incarnation's)."""
         try:
             return self.stderr_path.read_text(errors="replace")[-chars:]
         except OSError:
@@ -247,6 +252,7 @@ class _Store:
 
     @property
     def proxied(self) -> bool:
+        """Whether the instances reach the store through proxies (a server store)."""
         return self.server is not None
 
     def instance_url(self, proxy: Optional[FaultyProxy]) -> str:
@@ -271,6 +277,7 @@ class _Store:
             store.close()
 
     def stop(self) -> None:
+        """End the store faults in effect and stop the server (if any)."""
         self.faults.heal()
         if self.server is not None:
             self.server.stop()
@@ -470,7 +477,8 @@ def format_summary(summary: Dict[str, Any]) -> str:
         f" ({summary['nemesis'].get('partition:blackhole', 0)} dropping), latency {summary['latencies']},"
         f" resets {summary['resets']},"
         f" store restarts {summary['store_restarts']}"
-        + "".join(f", {k} {v}" for k, v in sorted(summary["nemesis"].items()) if k.startswith("store-restart:")),
+        + "".join(f", {k} {v}" for k, v in sorted(summary["nemesis"].items()) if k.startswith("store-restart")
+                  and k != "store-restart"),  # fmt: skip
         f"instance incarnations: {summary['incarnations']}",
         "violations per invariant: " + (", ".join(f"{k} {v}" for k, v in summary["violations"].items() if v) or "none"),
     ]

@@ -78,6 +78,7 @@ class _Direction:
         self.blocked = False  # the destination's send buffer is full: wait until it is writable
 
     def push(self, due: float, chunk: bytes) -> None:
+        """Queue ``chunk`` (``_EOF`` for the end of stream) to be sent at ``due`` (monotonic s), in order."""
         due = max(due, self.last_due)  # later chunks never overtake earlier ones
         self.last_due = due
         self.queue.append((due, chunk))
@@ -252,6 +253,7 @@ class FaultyProxy:
         return box["result"]  # type: ignore[no-any-return]
 
     def _wake(self) -> None:
+        """Wake the loop up from another thread (a byte on the wake-up socket)."""
         try:
             self._wake_w.send(b"x")
         except (BlockingIOError, OSError):
@@ -260,6 +262,7 @@ class FaultyProxy:
     # -- the loop ------------------------------------------------------------------
 
     def _loop(self) -> None:
+        """The proxy thread: wait for sockets and due chunks, run control calls, send; reset all at the end."""
         try:
             while self._running:
                 for key, mask in self._selector.select(self._wait_time()):
@@ -276,6 +279,7 @@ class FaultyProxy:
             self._selector.close()
 
     def _run_controls(self) -> None:
+        """Run the control calls queued by other threads, in order."""
         while True:
             with self._lock:
                 if not self._controls:
@@ -296,6 +300,7 @@ class FaultyProxy:
         return wait
 
     def _dispatch(self, key: selectors.SelectorKey, mask: int) -> None:
+        """Handle one ready socket: the listener, the wake-up socket, or a side of a connection."""
         if key.data == "accept":
             self._accept()
             return
@@ -319,6 +324,7 @@ class FaultyProxy:
         # EVENT_WRITE: _flush_all, after every event, sends what is due.
 
     def _accept(self) -> None:
+        """Accept every pending client and start its non-blocking connect upstream."""
         assert self._listener is not None
         while True:
             try:
@@ -347,6 +353,7 @@ class FaultyProxy:
             self._selector.register(upstream, selectors.EVENT_WRITE, "conn")
 
     def _finish_connect(self, conn: _Connection) -> None:
+        """The upstream connect ended: reset the client if it failed, else start reading upstream."""
         code = conn.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if code != 0:
             self.stats["refused"] += 1
@@ -356,6 +363,7 @@ class FaultyProxy:
         self._selector.modify(conn.upstream, selectors.EVENT_READ, "conn")
 
     def _read(self, conn: _Connection, side: str) -> None:
+        """Read one chunk from a side and queue it for the other (dropped in a blackhole)."""
         source = conn.client if side == "client" else conn.upstream
         direction = conn.up if side == "client" else conn.down
         try:
@@ -393,6 +401,7 @@ class FaultyProxy:
             self._set_mask(source, mask)
 
     def _set_mask(self, sock: socket.socket, mask: int) -> None:
+        """Register, modify or unregister ``sock`` so that it is watched for exactly ``mask``."""
         try:
             current = self._selector.get_key(sock).events
         except KeyError:
@@ -407,6 +416,7 @@ class FaultyProxy:
             self._selector.modify(sock, mask, "conn")
 
     def _flush_all(self) -> None:
+        """Send every due chunk of every connection (nothing while stalled); close the finished ones."""
         if self._stalled or self._blackholed:
             return
         now = time.monotonic()
@@ -453,6 +463,7 @@ class FaultyProxy:
             direction.head_offset = 0
 
     def _close(self, conn: _Connection, *, reset: bool) -> None:
+        """Forget the connection and close both sockets (with a reset when ``reset``)."""
         if conn.closed:
             return
         conn.closed = True

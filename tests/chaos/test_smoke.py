@@ -34,6 +34,7 @@ DEFAULT_SECONDS = 75.0
 
 
 def _seconds() -> float:
+    """The run length in seconds: ``LEASECRON_CHAOS_SECONDS`` or 75."""
     raw = os.environ.get("LEASECRON_CHAOS_SECONDS", "")
     return float(raw) if raw else DEFAULT_SECONDS
 
