@@ -4,6 +4,7 @@ share a store with the test (SQLite in tmp_path, and every other store several p
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import sys
@@ -66,6 +67,21 @@ def running_run(store: Store, timeout: float = 10) -> Run:
     return wait_for(lambda: next((r for r in store.unfinished("job")), None), timeout)
 
 
+def handler_started(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """Wait until the process prints that its handler started (the store may show a claim earlier:
+    a stop() between the claim and the handler's start hands the run over without running it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith("handler-start"):
+                return
+            if not line:
+                break
+    pytest.fail(f"the handler did not start within {timeout} s (exit code {proc.poll()})")
+
+
 def finish(proc: subprocess.Popen, timeout: float = 15) -> List[str]:
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -87,6 +103,7 @@ def test_run_forever_turns_sigterm_and_sigint_into_stop_with_hand_over(
     try:
         run = running_run(store)
         assert run.runner == "proc" and not run.handed_over
+        handler_started(proc)
         proc.send_signal(signum)
         lines = finish(proc)
     finally:
@@ -107,6 +124,7 @@ def test_second_signal_while_stopping_stops_at_once(process_backend: Backend, tm
     proc = spawn(code, tmp_path)
     try:
         run = running_run(store)
+        handler_started(proc)
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)  # the first signal is being handled: stop() waits for the handler
         assert proc.poll() is None
