@@ -21,12 +21,24 @@ connection that failed (the server restarted, the backend was terminated) is
 discarded, and the error raised as :class:`~leasecron.StoreUnavailable`,
 which the engine retries, with tenacity, only while the answer matters; the
 next call opens a new connection. Connections made from a DSN get a connect
-timeout and TCP keepalives unless the DSN sets its own.
+timeout, TCP keepalives and ``tcp_user_timeout`` unless the DSN sets its own.
+
+No call can hang: the store's own connections are psycopg2 *asynchronous*
+connections (always autocommit, which is all the store needs), and every
+statement waits for its answer with ``select()`` on the socket, for at most
+``timeout`` seconds (default 5). A statement with no answer by then (a
+stalled network, a server that accepts bytes and never answers, a lock held
+elsewhere) closes its connection and raises ``StoreUnavailable``. TCP
+keepalives and ``tcp_user_timeout`` cannot catch a peer whose kernel still
+acknowledges every byte (a hung server, a stuck proxy); the deadline does.
+Connections from a pool passed in are the caller's: they are used as they
+are, blocking, without that deadline.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from contextlib import contextmanager
@@ -59,6 +71,12 @@ CONNECT_DEFAULTS = {
     "keepalives_interval": "5",
     "keepalives_count": "3",
 }
+#: Added to :data:`CONNECT_DEFAULTS` where libpq knows it (libpq 12 and newer), in ms: a
+#: connection whose sent bytes stay unacknowledged this long is closed by the kernel.
+TCP_USER_TIMEOUT_MS = "10000"
+
+#: How long a statement on the store's own connections waits for its answer, in seconds.
+DEFAULT_TIMEOUT_S = 5.0
 
 #: How long a caller waits for a free pooled connection.
 POOL_WAIT_S = 10.0
@@ -82,10 +100,14 @@ def _no_nul(text: str) -> str:
 class _Pool:
     """At most ``size`` connections to ``dsn``, handed out one caller at a time."""
 
-    def __init__(self, psycopg2: Any, dsn: str, size: int) -> None:
+    def __init__(self, psycopg2: Any, dsn: str, size: int, timeout_s: float) -> None:
+        # timeout_s: for a connect when the DSN's connect_timeout is 0 (libpq: wait for ever)
         self._psycopg2 = psycopg2
         self._dsn = dsn
         self._size = size
+        # libpq does not time an asynchronous connect: the pool does, by the DSN's connect_timeout
+        given = psycopg2.extensions.parse_dsn(dsn).get("connect_timeout")
+        self._connect_timeout_s = float(given) if given and float(given) > 0 else timeout_s
         self._idle: List[Any] = []
         self._count = 0
         self._cond = threading.Condition()
@@ -110,8 +132,12 @@ class _Pool:
                 return self._idle.pop()
             self._count += 1
         try:
-            conn = self._psycopg2.connect(self._dsn)
-            conn.autocommit = True
+            conn = self._psycopg2.connect(self._dsn, async_=True)
+            try:
+                wait(self._psycopg2, conn, self._connect_timeout_s, "connecting", "connect_timeout")
+            except BaseException:
+                _close_quietly(conn)
+                raise
             return conn
         except BaseException:
             with self._cond:
@@ -141,6 +167,56 @@ class _Pool:
                 _close_quietly(conn)
 
 
+class _Cursor:
+    """A psycopg2 cursor whose ``execute`` waits for the answer for at most ``timeout_s``
+    on an asynchronous connection (and simply blocks on a caller's connection)."""
+
+    def __init__(self, psycopg2: Any, cursor: Any, timeout_s: float, doing: str) -> None:
+        self._psycopg2 = psycopg2
+        self._cursor = cursor
+        self._timeout_s = timeout_s
+        self._doing = doing
+        self.connection = cursor.connection
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        self._cursor.execute(sql, params)
+        if self.connection.async_:
+            wait(self._psycopg2, self.connection, self._timeout_s, self._doing)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> List[Any]:
+        return list(self._cursor.fetchall())
+
+
+def wait(psycopg2: Any, conn: Any, timeout_s: float, doing: str, what: str = "the store's timeout") -> None:
+    """Drive the asynchronous ``conn`` until its operation is done, for at most ``timeout_s``.
+
+    Past that the connection is closed (its stream is in an unknown state)
+    and :class:`~leasecron.StoreUnavailable` raised.
+    """
+    extensions = psycopg2.extensions
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = conn.poll()  # raises psycopg2.Error when the operation failed
+        if state == extensions.POLL_OK:
+            return
+        left = deadline - time.monotonic()
+        if left > 0:
+            fd = conn.fileno()
+            if state == extensions.POLL_READ:
+                ready = select.select([fd], [], [], left)[0]
+            elif state == extensions.POLL_WRITE:
+                ready = select.select([], [fd], [], left)[1]
+            else:  # pragma: no cover - psycopg2 knows no other state
+                raise StoreError(f"PostgreSQL {doing}: unexpected poll state {state!r}")
+            if ready:
+                continue
+        _close_quietly(conn)
+        raise StoreUnavailable(f"PostgreSQL {doing}: no answer within {timeout_s:g} s ({what}; connection closed)")
+
+
 def _close_quietly(conn: Any) -> None:
     try:
         conn.close()
@@ -155,7 +231,8 @@ class PostgresStore(Store):
     pool (``getconn``/``putconn``) whose connections the store uses in
     autocommit mode. ``schema`` and ``table`` name where the runs live, so
     several applications can share one database. ``max_connections`` bounds
-    the store's own pool.
+    the store's own pool. ``timeout`` (seconds) bounds the wait for the
+    answer to each statement on the store's own connections.
     """
 
     kind = "postgresql"
@@ -168,12 +245,16 @@ class PostgresStore(Store):
         schema: str = "public",
         table: str = "leasecron_runs",
         max_connections: int = 8,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._psycopg2 = require("psycopg2", extra="postgres", store="PostgresStore")
         if (dsn is None) == (pool is None):
             raise ConfigError("PostgresStore needs either a DSN or a psycopg2 pool (not both)")
         if not isinstance(max_connections, int) or max_connections < 1:
             raise ConfigError(f"max_connections must be an integer >= 1, not {max_connections!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+            raise ConfigError(f"timeout must be a number of seconds above 0 and at most 3600, not {timeout!r}")
+        self._timeout_s = float(timeout)
         # PostgreSQL folds unquoted names to lower case; so do we, to find them again.
         self.schema = check_identifier(schema, "schema").lower()
         self.table = check_identifier(table).lower()
@@ -187,7 +268,7 @@ class PostgresStore(Store):
         else:
             if not isinstance(dsn, str) or not dsn:
                 raise ConfigError(f"PostgreSQL DSN must be a non-empty string, not {dsn!r}")
-            self._pool = _Pool(self._psycopg2, _with_defaults(dsn), max_connections)
+            self._pool = _Pool(self._psycopg2, _with_defaults(dsn), max_connections, self._timeout_s)
             self._owns_pool = True
             self._label = _safe_dsn(dsn)
         self._schema_lock = threading.Lock()
@@ -197,7 +278,7 @@ class PostgresStore(Store):
     def from_url(cls, url: str) -> "PostgresStore":
         """Open ``postgresql://[user[:password]@]host[:port]/database``.
 
-        Query options: ``schema``, ``table``, ``max_connections``; every other
+        Query options: ``schema``, ``table``, ``max_connections``, ``timeout``; every other
         option is passed to libpq (for example ``sslmode`` or
         ``connect_timeout``).
         """
@@ -212,6 +293,11 @@ class PostgresStore(Store):
                     options[key] = int(value)
                 except ValueError:
                     raise ConfigError(f"max_connections in {_safe_dsn(url)!r} must be an integer") from None
+            elif key == "timeout":
+                try:
+                    options[key] = float(value)
+                except ValueError:
+                    raise ConfigError(f"timeout in {_safe_dsn(url)!r} must be a number of seconds") from None
             else:
                 libpq.append((key, value))
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq, quote_via=quote), ""))
@@ -222,63 +308,65 @@ class PostgresStore(Store):
     # -- connections ----------------------------------------------------------------
 
     @contextmanager
-    def _cursor(self, doing: str) -> Iterator[Any]:
+    def _cursor(self, doing: str) -> Iterator["_Cursor"]:
         """A cursor on a pooled autocommit connection; a failed connection is discarded."""
         errors = self._psycopg2
         try:
             conn = self._pool.getconn()
         except errors.Error as exc:
             raise _store_error(errors, exc, doing) from exc
-        broken = False
+        broken = True  # until the block ends normally or with the server's answer to one statement
         try:
-            conn.autocommit = True
-            if not self._schema_ready:
-                self._create_schema(conn)
-            with conn.cursor() as cur:
+            if not conn.async_:
+                conn.autocommit = True  # a connection of the caller's pool
+            with conn.cursor() as raw:
+                cur = _Cursor(errors, raw, self._timeout_s, doing)
+                if not self._schema_ready:
+                    self._create_schema(cur)
                 yield cur
+            broken = False
         except errors.Error as exc:
             broken = bool(conn.closed) or _connection_lost(exc)
             raise _store_error(errors, exc, doing) from exc
         finally:
-            self._pool.putconn(conn, close=broken)
+            self._pool.putconn(conn, close=broken or bool(conn.closed))
 
-    def _create_schema(self, conn: Any) -> None:
+    def _create_schema(self, cur: "_Cursor") -> None:
         with self._schema_lock:
             if self._schema_ready:
                 return
             q = self._q
-            with conn.cursor() as cur:
-                cur.execute(q["reserved_words"], {"names": [self.schema, self.table]})
-                reserved = [row[0] for row in cur.fetchall()]
-                if reserved:
-                    raise ConfigError(
-                        f"{', '.join(map(repr, reserved))} is a reserved word in PostgreSQL:"
-                        " choose another schema or table name"
+            cur.execute(q["reserved_words"], {"names": [self.schema, self.table]})
+            reserved = [row[0] for row in cur.fetchall()]
+            if reserved:
+                raise ConfigError(
+                    f"{', '.join(map(repr, reserved))} is a reserved word in PostgreSQL:"
+                    " choose another schema or table name"
+                )
+            cur.execute("BEGIN")
+            try:
+                cur.execute(q["lock_schema"], {"name": f"leasecron:{self.schema}.{self.table}"})
+                cur.execute(q["schema_exists"], {"schema": self.schema})
+                if cur.fetchone() is None:
+                    cur.execute(q["create_schema"])
+                cur.execute(q["create_meta"])
+                cur.execute(q["get_version"])
+                row = cur.fetchone()
+                version = int(row[0]) if row else 0
+                if version > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"PostgreSQL table {self.schema}.{self.table} has schema version {version}, newer"
+                        f" than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
                     )
-                cur.execute("BEGIN")
-                try:
-                    cur.execute(q["lock_schema"], {"name": f"leasecron:{self.schema}.{self.table}"})
-                    cur.execute(q["schema_exists"], {"schema": self.schema})
-                    if cur.fetchone() is None:
-                        cur.execute(q["create_schema"])
-                    cur.execute(q["create_meta"])
-                    cur.execute(q["get_version"])
-                    row = cur.fetchone()
-                    version = int(row[0]) if row else 0
-                    if version > SCHEMA_VERSION:
-                        raise StoreError(
-                            f"PostgreSQL table {self.schema}.{self.table} has schema version {version}, newer"
-                            f" than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
-                        )
-                    for step in range(version + 1, SCHEMA_VERSION + 1):
-                        cur.execute(q[f"migrate_{step}"])
-                    if version < SCHEMA_VERSION:
-                        cur.execute(q["set_version"], {"version": str(SCHEMA_VERSION)})
-                    cur.execute("COMMIT")
-                except BaseException:
-                    if not conn.closed:
-                        cur.execute("ROLLBACK")
-                    raise
+                for step in range(version + 1, SCHEMA_VERSION + 1):
+                    cur.execute(q[f"migrate_{step}"])
+                if version < SCHEMA_VERSION:
+                    cur.execute(q["set_version"], {"version": str(SCHEMA_VERSION)})
+                cur.execute("COMMIT")
+            except BaseException:
+                if not cur.connection.closed:
+                    cur.execute("ROLLBACK")
+                raise
             self._schema_ready = True
 
     def _one(self, name: str, doing: str, **params: Any) -> Tuple[Any, ...]:
@@ -432,7 +520,10 @@ def _with_defaults(dsn: str) -> str:
             raise ConfigError(
                 f"bad PostgreSQL DSN {_safe_dsn(dsn)!r}: port must be a number from 1 to 65535, not {port!r}"
             )
-    extra = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in given}
+    defaults = dict(CONNECT_DEFAULTS)
+    if extensions.libpq_version() >= 120000:
+        defaults["tcp_user_timeout"] = TCP_USER_TIMEOUT_MS
+    extra = {k: v for k, v in defaults.items() if k not in given}
     return str(extensions.make_dsn(dsn, **extra)) if extra else dsn
 
 
