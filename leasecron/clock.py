@@ -3,8 +3,11 @@
 Instances fire on the store's clock, not their host's: :class:`StoreClock`
 reads ``store.now_ms()``, halves the round trip, and from then on counts
 with the host's monotonic clock, so a host whose wall clock is skewed or is
-stepped still claims on time. It is synced at start, now and then, and
-whenever the store calls a claim early.
+stepped still claims on time. It is synced at start, now and then,
+whenever the store calls a claim early, and whenever a won claim shows the
+store's clock elsewhere than the estimate said (the store's clock stepped):
+a won claim's lease starts at the store's "now", so every win is a free
+reading of the store's clock (:meth:`StoreClock.drift_ms`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,22 @@ class StoreClock:
             self._base_mono_ns = mono_ns
             self.round_trip_ms = trip / 1e6
             self.offset_ms = store_ms - wall_ms
+
+    @property
+    def synced(self) -> bool:
+        """Whether the store's clock was ever read (before, the host's clock stands in for it)."""
+        return self.round_trip_ms is not None
+
+    def drift_ms(self, store_ms: float, sent_mono_s: float, answered_mono_s: float) -> float:
+        """How far a reading of the store's clock (``store_ms``, taken by a call sent at
+        ``sent_mono_s`` and answered at ``answered_mono_s``) lies outside the estimate of that
+        interval: 0 inside it, negative when the store's clock is behind the estimate."""
+        low, high = self.at_monotonic(sent_mono_s), self.at_monotonic(answered_mono_s)
+        if store_ms < low:
+            return store_ms - low
+        if store_ms > high:
+            return store_ms - high
+        return 0.0
 
     def now_ms(self) -> int:
         """The store's time now, estimated."""

@@ -47,6 +47,13 @@ __all__ = ["Engine"]
 
 #: How often the store's clock is read again while running.
 CLOCK_SYNC_MS = 60_000
+#: How far a won claim may show the store's clock off the estimate before it is read again, in ms.
+CLOCK_DRIFT_MS = 250
+#: The least time between two such readings, in seconds.
+DRIFT_RESYNC_GAP_S = 1.0
+#: A claim for a slot further than this in the future (ms, on the estimate of the store's clock) is
+#: not sent but planned for when the slot is due: it was chosen before the clock was read.
+NOT_DUE_SLACK_MS = 100
 #: When the store does not answer at start: the first wait before the start-up
 #: (clock, recovery of each job) is tried again, doubled after each failure up to the last.
 BOOT_RETRY_MS = (500, 30_000)
@@ -54,6 +61,10 @@ BOOT_RETRY_MS = (500, 30_000)
 
 class _Stopping(Exception):
     """A claim's retry found the engine stopping: it is dropped."""
+
+
+class _NotDue(Exception):
+    """A claim chosen by the host's clock is not due yet on the store's, read at last."""
 
 
 class Engine:
@@ -66,6 +77,7 @@ class Engine:
         self._emitter = emitter
         self._lock = threading.RLock()
         self._stopping = False
+        self._drift_synced = float("-inf")  # when a won claim last made the store's clock be read again
         self._stopped = threading.Event()
         #: Set to cut a stop short (a second signal): live handlers are abandoned.
         self.cold = threading.Event()
@@ -204,6 +216,12 @@ class Engine:
             nonlocal sent
             if self._stopping:  # a retry after stop(): give up quietly, do not keep calling the store
                 raise _Stopping()
+            if not self.clock.synced:
+                # the store was unreachable at start: the slot was chosen by the host's clock, which
+                # may be skewed. Read the store's first; claim only a slot that is due on it.
+                self.clock.sync()
+            if slot_ms > self.clock.now_ms() + NOT_DUE_SLACK_MS:  # chosen before a (re)sync moved the clock
+                raise _NotDue()
             sent = time.monotonic()  # the try that wins starts the lease: the local deadline counts from it
             return self.store.claim(
                 job.name,
@@ -221,14 +239,20 @@ class Engine:
             claim = call_until(once, first + max(matters_s, 0.0))
         except _Stopping:
             return None
+        except _NotDue:
+            log.info("leasecron: job %r slot %d is not due yet on the store's clock: claimed when it is", job.name, slot_ms)
+            self._timers.call_at(slot_ms + self._jitter(job), self._submit, self._claim, job, slot_ms, reason)
+            return None
         except Exception as exc:  # noqa: BLE001 - reported; the next slot or check tries again
             log.error("leasecron: %s claim of job %r slot %d failed: %s", reason, job.name, slot_ms, exc)
             self._emitter.emit("error", job.name, slot_ms, reason=reason, error=error_text(exc))
             return None
+        answered = time.monotonic()
         outcome = claim.outcome
         if outcome == WON:
             assert claim.run is not None
             self._start_run(job, claim.run, sent)
+            self._check_drift(claim.run.lease_end_ms - opts.lease_ms, sent, answered)
         elif outcome == "running":
             log.debug("leasecron: job %r slot %d is running elsewhere: backup", job.name, slot_ms)
             self._watch(job, slot_ms)
@@ -372,6 +396,20 @@ class Engine:
             self.clock.round_trip_ms or 0.0,
         )
         return True
+
+    def _check_drift(self, store_ms: int, sent: float, answered: float) -> None:
+        """Read the store's clock again when a won claim shows it elsewhere than estimated
+        (its clock stepped): at most once per :data:`DRIFT_RESYNC_GAP_S`."""
+        drift = self.clock.drift_ms(store_ms, sent, answered)
+        if abs(drift) <= CLOCK_DRIFT_MS:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if now - self._drift_synced < DRIFT_RESYNC_GAP_S:
+                return
+            self._drift_synced = now
+        log.warning("leasecron: the store's clock is %+.0f ms off this instance's estimate: reading it again", drift)
+        self._sync_clock()
 
     def _resync_clock(self, retry_ms: Optional[int] = None) -> None:
         """Read the store's clock again: every minute, or sooner (with backoff) while it never answered."""

@@ -4,7 +4,8 @@ claims"): late and early claims are skipped, and slots are claimed on the store'
 from __future__ import annotations
 
 import time
-from typing import List
+from contextlib import contextmanager
+from typing import Iterator, List, Tuple
 
 from leasecron import LeaseCron, MemoryStore
 from tests.engine.conftest import MakeCron
@@ -56,8 +57,10 @@ def test_slots_fire_on_the_store_clock_not_the_hosts() -> None:
         cron.stop(timeout=1)
 
 
-def test_clock_of_the_store_stepping_back_gives_skip_early_and_the_slot_still_runs() -> None:
-    """A claim refused as early emits skip "early"; the clock is re-read and the slot still runs when due on it."""
+@contextmanager
+def steppable_store_cron() -> Iterator[Tuple[List[int], MemoryStore, LeaseCron, Recorder, int]]:
+    """A started instance running a 1 s job on a memory store whose clock runs ``step[0]`` ms
+    off the host's: (step, store, cron, recorder, the first slot that succeeded)."""
     step: List[int] = [0]
     store = MemoryStore(clock=lambda: wall_ms() + step[0])
     cron = LeaseCron(store, runner="b", catch_up_ms=0, **FAST)
@@ -66,6 +69,14 @@ def test_clock_of_the_store_stepping_back_gives_skip_early_and_the_slot_still_ru
     try:
         cron.start()
         first = rec.wait("success", timeout=3).slot_ms
+        yield step, store, cron, rec, first
+    finally:
+        cron.stop(timeout=1)
+
+
+def test_clock_of_the_store_stepping_back_gives_skip_early_and_the_slot_still_runs() -> None:
+    """A claim refused as early emits skip "early"; the clock is re-read and the slot still runs when due on it."""
+    with steppable_store_cron() as (step, store, cron, rec, first):
         step[0] = -10_400  # the store's clock steps back 10.4 s
         skip = rec.wait("skip", timeout=2, slot_ms=first + 1_000)
         assert skip.reason == "early" and skip.run is None
@@ -74,5 +85,33 @@ def test_clock_of_the_store_stepping_back_gives_skip_early_and_the_slot_still_ru
         start = rec.wait("start", timeout=13, slot_ms=first + 1_000)
         assert start.run is not None and 0 <= start.run.started_ms - start.slot_ms < 150
         assert rec.of("skip", reason="late") == []
-    finally:
-        cron.stop(timeout=1)
+
+
+def _store_clock_steps(offset_ms: int) -> None:
+    """The store's clock steps by ``offset_ms`` (less than the 10 s that makes a claim early):
+    the first won claim shows it, the clock is re-read at once (not a minute later), and the
+    slots after it start on time by the store's new clock."""
+    with steppable_store_cron() as (step, store, cron, rec, _):
+        step[0] = offset_ms
+        stepped_at = time.monotonic()
+        wait_for(lambda: abs(cron.clock.offset_ms - offset_ms) < 100, 3, message="the clock was not read again")
+        assert time.monotonic() - stepped_at < 3
+        later = store.now_ms() + 1_000
+
+        def on_time_run() -> object:
+            done = [e for e in rec.of("success") if e.slot_ms >= later]
+            return done[0] if done else None
+
+        event = wait_for(on_time_run, 4)
+        assert event.run is not None and 0 <= event.run.started_ms - event.slot_ms < 150
+        assert rec.of("skip", reason="early") == []
+
+
+def test_store_clock_stepping_forward_is_noticed_by_the_next_won_claim() -> None:
+    """The store's clock steps 5 s forward: re-read after the next win, slots on its time again."""
+    _store_clock_steps(5_000)
+
+
+def test_store_clock_stepping_back_is_noticed_by_the_next_won_claim() -> None:
+    """The store's clock steps 3 s back (claims are not early yet): re-read after the next win."""
+    _store_clock_steps(-3_000)
