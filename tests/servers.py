@@ -9,6 +9,7 @@ No ``redis-cli`` is needed: the cluster is assembled with redis-py.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -162,8 +163,11 @@ class Server(ServerProcess):
         port: Optional[int] = None,
         appendonly: bool = False,
         cluster: bool = False,
+        env: Optional[Dict[str, str]] = None,
     ) -> None:
         self.binary = binary
+        #: Extra environment variables of the server process (say, libfaketime's).
+        self.env = dict(env or {})
         self.directory = Path(directory)
         self.appendonly = appendonly
         self.cluster = cluster
@@ -215,7 +219,10 @@ class Server(ServerProcess):
         deadline = time.monotonic() + timeout
         while True:
             self._process = subprocess.Popen(
-                self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                self._command(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=dict(os.environ, **self.env) if self.env else None,
             )
             while self._process.poll() is None and time.monotonic() < deadline:
                 if reachable(HOST, self._port) and self._answered_by_own_process():

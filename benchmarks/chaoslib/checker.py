@@ -13,7 +13,10 @@ renewal (won claim or accepted heartbeat) sent at ``s`` and answered at ``r``
 was processed in ``[s, r]``, so the lease it set ran at least until ``s +
 lease``. The bounds (``rtt`` is the p99 of heartbeat round trips of the run,
 ``margin`` :attr:`Config.margin_ms`, default 250 ms, covers thread scheduling
-and ``run_forever``'s signal handling):
+and ``run_forever``'s signal handling; ``rtt`` is taken from the heartbeats that
+no fault or freeze touched, so a fault's delays are never folded into a bound:
+an overlap or a late ``lost`` that a network or store fault of the older
+runner touched is excused, counted as skipped):
 
 * overlap window: ``heartbeat + rtt + tick + 50 ms``;
 * takeover after SIGKILL: ``lease + 2 x heartbeat + rtt + margin``;
@@ -62,6 +65,13 @@ The invariants (names as in :attr:`Report.invariants`):
 ``not_late``             no new run (attempt 1) was won by a claim sent more than
                          ``max_late_ms`` (``catch_up_ms`` for catch-up) + 10 s +
                          margin after its slot (wall clock, the host's = SQLite's).
+``not_early``            no claim was answered ``early`` (its slot more than 10 s ahead of
+                         the store's clock) but while the store's clock was stepped.
+``on_time``              each process's first scheduled claim of a slot was sent (true wall
+                         clock: a skewed instance's lines are corrected by its skew) from
+                         200 ms before to 1 s after the slot, unless its process was
+                         frozen, not yet running, or hit by a fault, or the store's clock
+                         was stepped within a resync interval (61 s) before.
 ``takeover_delay``       SIGKILL of a runner with a live attempt -> the next
                          attempt's start, within the takeover bound.
 ``handover_delay``       SIGTERM of a runner whose attempt was released -> the
@@ -74,7 +84,9 @@ What these logs cannot show, counted as *not checked* (``skipped``) rather
 than passed:
 
 * a store's clock is not logged: a lease is "alive" only where the calls
-  around it prove it; a skip check whose window is ambiguous is not a violation;
+  around it prove it; a skip check whose window is ambiguous, or that a step
+  of the store's clock touched, is not a violation (nor is a late claim won
+  while the clock was stepped);
 * an attempt whose claim was won without a ``won`` line (SIGKILL between the
   store's answer and the log write; or a claim that timed out or lost its
   connection although the store carried it out) has no token and no lines:
@@ -94,7 +106,8 @@ counts as resumed at its first line after the freeze. Every other action is
 a store or network fault, of one runner when the line names it, else of all:
 ``stall`` lasts until an ``unstall`` of the same scope, ``partition`` until
 ``heal``, ``latency`` until ``unlatency``/``heal`` or a ``latency`` line
-whose ``ms`` is 0; any other action (``reset``, ``store-restart`` stamped at
+whose ``ms`` is 0, ``clock-step`` (the store's clock jumped by ``offset_ms``)
+until ``clock-back``; any other action (``reset``, ``store-restart`` stamped at
 the crash) lasts its ``duration_ms``, if given. A fault's effects are taken
 to last ``lease + 2 x heartbeat`` after it ends.
 """
@@ -127,6 +140,8 @@ SKey = Tuple[str, int]  # job, slot_ms
 NS = 1_000_000
 INF = 2**62
 LATE_TOLERANCE_MS = 10_000
+#: The ``reason`` of a claim sent because its slot came due.
+SCHEDULE_REASON = "schedule"
 #: How far two clocks of one host (monotonic vs the store's wall clock) may drift apart in one lease.
 CLOCK_SLACK_MS = 10
 #: The extra allowance of the overlap window beyond heartbeat + rtt + tick.
@@ -183,6 +198,8 @@ INVARIANTS: Dict[str, str] = {
     "max_attempts": "attempts started because runners died <= max_attempts",
     "skip_no_overlap": "overlap=skip: no slot won while an earlier lease was alive",
     "not_late": "no new run won later than max_late_ms + 10 s after its slot",
+    "not_early": "no claim answered early (sent > 10 s before its slot by the store's clock)",
+    "on_time": "a scheduled claim is sent within its slot's firing window, skewed clocks or not",
     "takeover_delay": "takeover after SIGKILL <= lease + 2 x heartbeat + rtt + margin",
     "handover_delay": "hand-over after SIGTERM <= 2 x heartbeat + rtt + margin",
     "sink_newest": "the sink keeps only the newest attempt's result",
@@ -491,8 +508,10 @@ class Proc:
 
 
 PROCESS_ACTIONS = {"kill", "stop", "cont", "term", "start-instance"}
-FAULT_ENDS = {"stall": ("unstall",), "partition": ("heal",), "latency": ("unlatency", "heal")}
-RECOVERY_ACTIONS = {"unstall", "heal", "unlatency"}
+FAULT_ENDS = {
+    "stall": ("unstall",), "partition": ("heal",), "latency": ("unlatency", "heal"), "clock-step": ("clock-back",),
+}  # fmt: skip
+RECOVERY_ACTIONS = {"unstall", "heal", "unlatency", "clock-back"}
 
 
 class Model:
@@ -509,6 +528,7 @@ class Model:
         self.handover_events: List[Line] = []
         self.sink_lines: List[Line] = []
         self.faults: List[Tuple[Optional[str], int, int]] = []  # scope runner (None: all), start, end
+        self.clock_steps: List[Tuple[int, int]] = []  # the store's clock was off: from the step to the step back
         self.stores: Set[str] = set()
         self.end_ns = 0
         self.malformed = 0
@@ -547,6 +567,11 @@ class Model:
             (any_scope or scope is None or scope == runner) and s <= b and e + settle >= a
             for scope, s, e in self.faults
         )
+
+    def clock_stepped(self, a: int, b: int, after_ns: int = 0) -> bool:
+        """Whether the store's clock was stepped away at some time in ``[a, b]``, or less than
+        ``after_ns`` before ``a`` (an instance's estimate of it may stay off until it syncs again)."""
+        return any(s <= b and e + after_ns >= a for s, e in self.clock_steps)
 
     def nemesis_in(self, actions: Set[str], a: int, b: int, pid: Optional[int] = None) -> List[Line]:
         """The nemesis lines with one of ``actions`` in ``[a, b]`` (of process ``pid`` if given)."""
@@ -772,8 +797,10 @@ def _apply_nemesis(model: Model) -> None:
                 _apply_signal(model.procs.setdefault(pid, Proc(pid, line.get("runner"))), action, t)
         else:
             _apply_fault(model, open_faults, line)
-    for (scope, _kind), start in open_faults.items():
+    for (scope, kind), start in open_faults.items():
         model.faults.append((scope, start, INF))
+        if kind == "clock-step":
+            model.clock_steps.append((start, INF))
 
 
 def _apply_signal(proc: Proc, action: str, t: int) -> None:
@@ -798,6 +825,8 @@ def _apply_fault(model: Model, open_faults: Dict[Tuple[Optional[str], str], int]
         for (s, kind), start in list(open_faults.items()):
             if s == scope and (action in FAULT_ENDS.get(kind, ()) or (ends_latency and kind == "latency")):
                 model.faults.append((s, start, t))
+                if kind == "clock-step":
+                    model.clock_steps.append((start, t))
                 del open_faults[(s, kind)]
     elif action in FAULT_ENDS:
         open_faults.setdefault((scope, action), t)
@@ -824,12 +853,21 @@ class Bounds:
 
 
 def _bounds(model: Model, config: Config) -> Bounds:
-    trips = [
-        (c["recv_mono_ns"] - c["sent_mono_ns"]) / NS
+    """The bounds, from the round trips of answered heartbeats that no fault or freeze touched
+    (the network's own round trip: a fault's delays are excused where they matter, not
+    folded into every bound)."""
+    calls = [
+        (att, c)
         for att in model.attempts.values()
         for c in att.calls
         if c["ev"] == "heartbeat" and c.get("ok") is not None
     ]
+    trips = [
+        (c["recv_mono_ns"] - c["sent_mono_ns"]) / NS
+        for att, c in calls
+        if not model.faulted(c["sent_mono_ns"], c["recv_mono_ns"], att.runner)
+        and not _frozen(model, att.pid, c["sent_mono_ns"], c["recv_mono_ns"])
+    ] or [(c["recv_mono_ns"] - c["sent_mono_ns"]) / NS for _, c in calls]
     if not trips:
         trips = [(c["t1_mono_ns"] - c["t0_mono_ns"]) / NS for c in model.claims if c.get("outcome") is not None]
     rtt = Delays(0, trips).p99 or 0.0
@@ -842,6 +880,11 @@ def _bounds(model: Model, config: Config) -> Bounds:
         margin_ms=config.margin_ms,
         lease_ms=config.lease_ms,
     )
+
+
+def _frozen(model: Model, pid: Optional[int], a: int, b: int) -> bool:
+    proc = model.proc(pid)
+    return proc is not None and proc.frozen_during(a, b)
 
 
 def _ms(ns: float) -> str:
@@ -1005,6 +1048,9 @@ def _check_overlap(model: Model, slot: Slot, b: Bounds, overlap: InvariantResult
             cuts = [first_tick] + [c for c in resumes if c > first_tick] + [INF]
             for seg_start, seg_end in zip(cuts, cuts[1:]):
                 covered = _covered_ns(older.ticks, seg_start, seg_end, tick_ns)
+                if covered > bound_ns and model.faulted(seg_start, seg_start + covered, older.runner):
+                    overlap.skipped += 1  # a network or store fault slowed the older's refused heartbeat
+                    break
                 if covered > bound_ns:
                     overlap.fail(
                         f"{slot.label()}: {older.label()} ticked {_ms(covered)} after {newer.label()} began"
@@ -1029,6 +1075,8 @@ def _check_lost(
     proc = model.proc(older.pid)
     cut_short = min(model.end_ns, INF if proc is None else min(proc.killed_ns or INF, proc.next_freeze(origin)))
     if cut_short < origin + bound_ns:  # killed, frozen again, or the logs end before lost was due
+        inv.skipped += 1
+    elif model.faulted(origin, origin + bound_ns, older.runner):  # its refused heartbeat was held up
         inv.skipped += 1
     elif older.lost is None:
         inv.fail(
@@ -1270,6 +1318,8 @@ def _check_skip(model: Model, job: str, b: Bounds, inv: InvariantResult) -> None
         other, sent = found
         if _ended_sent(model, other) is None and _finish_unlogged(model, other, att.won["t1_mono_ns"]):
             inv.skipped += 1
+        elif model.clock_stepped(sent, att.won["t1_mono_ns"]):
+            inv.skipped += 1  # the lease was judged on a store clock that had jumped
         else:
             inv.fail(
                 f"{att.label()} won while {other.label()}'s lease was alive"
@@ -1309,6 +1359,9 @@ def _check_not_late(model: Model, config: Config, inv: InvariantResult) -> None:
         won = att.won
         if won is None or att.attempt != 1 or not isinstance(won.get("wall_ns"), int):
             continue
+        if model.clock_stepped(won["t0_mono_ns"], won["t1_mono_ns"]):
+            inv.skipped += 1  # the store judged lateness on a clock that had jumped
+            continue
         inv.checked += 1
         allowed = (config.catch_up_ms if won.get("reason") == "catch-up" else config.max_late_ms) + LATE_TOLERANCE_MS
         sent_wall_ms = (won["wall_ns"] - (won["mono_ns"] - won["t0_mono_ns"])) / NS
@@ -1316,6 +1369,62 @@ def _check_not_late(model: Model, config: Config, inv: InvariantResult) -> None:
         if late_ms > allowed + config.margin_ms:
             inv.fail(
                 f"{att.label()} won by a {won.get('reason')} claim sent {late_ms:.0f} ms after its slot (allowed {allowed} ms)"
+            )
+
+
+#: How early a scheduled claim may be sent, by the true wall clock (the instance's estimate of the
+#: store's clock is off by up to half a sync's round trip, and drifts until the next sync).
+EARLY_SLACK_MS = 200
+#: How late a scheduled claim may be sent after its slot when nothing held its process back.
+FIRE_WINDOW_MS = 1_000
+#: How long after a store clock step an instance may still fire by the old offset (its resync interval).
+RESYNC_NS = 61_000 * NS
+
+
+def _check_timing(model: Model, config: Config, not_early: InvariantResult, on_time: InvariantResult) -> None:
+    """Instances fire on the store's clock, however skewed their own: no ``early`` answers, and
+    each process's first scheduled claim of a slot sent within ``[slot - EARLY_SLACK_MS, slot +
+    FIRE_WINDOW_MS]`` of the true time, unless its process was frozen, starting or hit by a fault."""
+    first: Dict[Tuple[int, str, int], Line] = {}
+    for claim in model.claims:
+        t0 = claim.get("t0_mono_ns", claim["mono_ns"])
+        if claim.get("outcome") is not None:
+            not_early.checked += 1
+            if claim.get("outcome") == "early":
+                if model.clock_stepped(t0, claim.get("t1_mono_ns", t0)):
+                    not_early.skipped += 1
+                else:
+                    not_early.fail(
+                        f"{claim.get('job')}@{claim.get('slot_ms')}: claim of {claim.get('runner')} answered early"
+                    )
+        if claim.get("reason") == SCHEDULE_REASON and isinstance(claim.get("wall_ns"), int):
+            key = (claim["pid"], claim["job"], claim["slot_ms"])
+            if key not in first or t0 < first[key].get("t0_mono_ns", first[key]["mono_ns"]):
+                first[key] = claim
+    for (pid, job, slot_ms), claim in first.items():
+        t0 = claim.get("t0_mono_ns", claim["mono_ns"])
+        sent_wall_ms = (claim["wall_ns"] - (claim["mono_ns"] - t0)) / NS
+        lag_ms = sent_wall_ms - slot_ms
+        slot_mono = t0 - int(lag_ms * NS)  # the slot's time on the monotonic clock
+        proc = model.proc(pid)
+        since = slot_mono - FIRE_WINDOW_MS * NS
+        held = (
+            proc is None
+            or proc.running_ns is None
+            or proc.running_ns > since
+            or proc.frozen_during(since, t0)
+            or model.faulted(since, t0, claim.get("runner"))
+            or model.clock_stepped(since, t0, RESYNC_NS)
+        )
+        if -EARLY_SLACK_MS <= lag_ms <= FIRE_WINDOW_MS:
+            on_time.checked += 1
+        elif held:
+            on_time.skipped += 1
+        else:
+            on_time.checked += 1
+            on_time.fail(
+                f"{job}@{slot_ms}: {claim.get('runner')} (pid {pid}) sent its scheduled claim"
+                f" {lag_ms:+.0f} ms from the slot (window {-EARLY_SLACK_MS}..+{FIRE_WINDOW_MS} ms)"
             )
 
 
@@ -1488,6 +1597,7 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
         if jc.overlap == "skip":
             _check_skip(model, job, b, inv["skip_no_overlap"])
     _check_not_late(model, config, inv["not_late"])
+    _check_timing(model, config, inv["not_early"], inv["on_time"])
     _check_delays(model, "kill", takeover, inv["takeover_delay"])
     _check_delays(model, "term", handover, inv["handover_delay"])
     _check_sink(model, config, inv["sink_newest"])

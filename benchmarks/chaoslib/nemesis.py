@@ -19,6 +19,11 @@ those the backend supports and applies it:
 * Through an instance's own proxy (server stores only): ``stall`` 0.5–6 s, then
   ``unstall``; ``latency`` 50–300 ms for 2–5 s, then ``latency`` 0; ``reset``
   every connection.
+* ``clock-step`` (Valkey under libfaketime, :class:`chaoslib.clock.SteppableClock`):
+  the store's clock jumps 1–6 s forward or back, stays there 2–8 s, then jumps
+  back (``clock-back``). A forward step ends live leases early (a backup takes
+  over a runner that is alive; its next heartbeat is refused); a backward one
+  keeps them alive longer and makes claims look early or less late.
 * A partition (server stores only): every proxy at once, for 2–5 s, either
   stalls (what was sent arrives when it ends: requests the clients gave up on
   still run) or drops everything (``blackhole``; the connections are reset when
@@ -60,6 +65,7 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Tuple
 
+from .clock import SteppableClock
 from .proxy import FaultyProxy
 
 __all__ = ["Instance", "Nemesis", "NemesisLog", "ServerRestarter", "SQLiteFaults", "StoreFaults"]
@@ -318,6 +324,7 @@ class Nemesis(threading.Thread):
         log_path: Path,
         quiet_at: float,
         proxies: bool,
+        clock: Optional["SteppableClock"] = None,
     ) -> None:
         super().__init__(name="nemesis", daemon=True)
         self.instances = {inst.runner: inst for inst in instances}
@@ -327,6 +334,8 @@ class Nemesis(threading.Thread):
         self.log = NemesisLog(log_path)
         self.quiet_at = quiet_at
         self.proxies = proxies
+        #: The store's clock, if it can be stepped.
+        self.clock = clock
         self.max_down = max(0, len(instances) - 2)
         #: Actions applied so far, by name (store restarts also by ``how``).
         self.counts: Counter[str] = Counter()
@@ -414,6 +423,8 @@ class Nemesis(threading.Thread):
             choices += [("latency", 1.5), ("reset", 1.5)]
         if self.proxies and not self.partitioned and not any(f in ("stall", "latency") for f in self.faults.values()):
             choices.append(("partition", 2.0 if any(f == "stop" for f in self.faults.values()) else 0.5))
+        if self.clock is not None and self.clock.offset_ms == 0 and budget > 4.0:
+            choices.append(("clock-step", 1.0))
         if not choices:
             return
         names = [c[0] for c in choices]
@@ -424,6 +435,9 @@ class Nemesis(threading.Thread):
             return
         if action == "partition":
             self._partition(budget)
+            return
+        if action == "clock-step":
+            self._clock_step(budget)
             return
         busy = [r for r in free if self.instances[r].busy()]
         pick_busy = self.rng.random() < BUSY_BIAS
@@ -543,6 +557,27 @@ class Nemesis(threading.Thread):
 
         self.schedule(duration, heal)
 
+    def _clock_step(self, budget: float) -> None:
+        """Step the store's clock 1–6 s forward or back; step it back 2–8 s later."""
+        clock = self.clock
+        assert clock is not None
+        offset_ms = self.rng.choice([-1, 1]) * self.rng.randint(1, 6) * 1000
+        duration = min(self.rng.uniform(2.0, 8.0), budget - 1.0)
+        at = _now_stamp()
+        clock.step(offset_ms)
+        self.record("clock-step", None, None, at=at, offset_ms=offset_ms, duration_ms=int(duration * 1000))
+
+        def back() -> None:
+            self._clock_back()
+
+        self.schedule(duration, back)
+
+    def _clock_back(self) -> None:
+        assert self.clock is not None
+        at = _now_stamp()
+        self.clock.step(0)
+        self.record("clock-back", None, None, at=at, offset_ms=0)
+
     def _reset(self, inst: Instance, budget: float) -> None:
         """Reset every connection of the instance's proxy."""
         assert inst.proxy is not None
@@ -576,6 +611,8 @@ class Nemesis(threading.Thread):
             self.record("unstall", None, None, how="all")
             self.partitioned = False
         self._pending.clear()
+        if self.clock is not None and self.clock.offset_ms != 0:
+            self._clock_back()
         try:
             self.store.heal()
         except Exception as exc:  # noqa: BLE001 - best effort on the way out

@@ -21,7 +21,8 @@ fields (``ids`` = ``job``, ``slot_ms``, ``attempt``, ``token``):
 
 =========  ================================================================
 ready      first line of an incarnation: ``store`` (URL scheme), ``lease_ms``,
-           ``heartbeat_ms``, ``max_late_ms``, ``seed``, ``jobs``
+           ``heartbeat_ms``, ``max_late_ms``, ``seed``, ``jobs``, ``skew_ms`` (how far
+           the process's wall clock is skewed; every ``wall_ns`` is corrected by it)
 running    after ``cron.start()`` returned
 claim      ``job``, ``slot_ms``, ``reason``, ``outcome`` (``None`` and
            ``error`` if the call raised), the run the outcome is about:
@@ -132,8 +133,9 @@ def error_text(exc: BaseException) -> str:
 class Recorder:
     """Appends JSON lines to the log: one ``write`` per line, under a lock."""
 
-    def __init__(self, path: Path, runner: str) -> None:
+    def __init__(self, path: Path, runner: str, skew_ms: int = 0) -> None:
         self.runner = runner
+        self._skew_ns = skew_ms * 1_000_000  # the host's wall clock as this process sees it, minus the truth
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._file = open(path, "ab", buffering=0)  # unbuffered: each write() is one append
@@ -145,7 +147,7 @@ class Recorder:
                 "ev": ev,
                 "runner": self.runner,
                 "pid": self._pid,
-                "wall_ns": time.time_ns(),
+                "wall_ns": time.time_ns() - self._skew_ns,
                 "mono_ns": time.monotonic_ns(),
                 **fields,
             }
@@ -454,6 +456,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--heartbeat-ms", type=int, default=500)
     p.add_argument("--max-late-ms", type=int, default=30_000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--skew-ms", type=int, default=0,
+        help="how far this process's wall clock was skewed (libfaketime); logged wall_ns are corrected by it",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -461,11 +467,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run the instance until SIGTERM (hand-over) or SIGINT; 0 on a clean stop."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-    recorder = Recorder(args.log, args.runner)
+    recorder = Recorder(args.log, args.runner, args.skew_ms)
     jobs = {name: dataclasses.asdict(DEFAULT_JOBS[name]) for name in JOB_PLANS}
     recorder.log(
         "ready", store=urlsplit(args.store).scheme, lease_ms=args.lease_ms, heartbeat_ms=args.heartbeat_ms,
-        max_late_ms=args.max_late_ms, seed=args.seed, jobs=jobs,
+        max_late_ms=args.max_late_ms, seed=args.seed, jobs=jobs, skew_ms=args.skew_ms,
     )  # fmt: skip
     store: Optional[Store] = None
     try:

@@ -642,3 +642,84 @@ def test_malformed_lines_are_counted_not_fatal(tmp_path: Path) -> None:
     report = check(report_dir, sim.records, Config(lease_ms=LEASE, heartbeat_ms=HB))
     assert report.ok, report.format_table()
     assert any("malformed" in n for n in report.notes)
+
+
+# -- faults that excuse, and clocks --------------------------------------------------------------
+
+
+def test_overlap_while_a_network_fault_held_the_heartbeat_up_is_excused(tmp_path: Path) -> None:
+    """The same too-long overlap, while B's proxy added latency: excused (skipped), not passed."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.ticks("B", {"job": "long2", "slot_ms": 8000, "attempt": 1, "token": "b-8000"}, 10311, 11000)
+    sim.nemesis("latency", 10250, "B", ms=300)
+    sim.nemesis("latency", 11050, "B", ms=0)
+    report = sim.check()
+    assert not violations(report, "overlap_window"), report.format_table()
+    assert report.invariants["overlap_window"].skipped >= 1
+
+
+def test_round_trip_bound_ignores_heartbeats_a_fault_touched(tmp_path: Path) -> None:
+    """A heartbeat held up 900 ms by a stall of its runner does not widen the bounds."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    ids = {"job": "every1", "slot_ms": 13000, "attempt": 1, "token": "b-13000"}
+    sim.nemesis("stall", 13050, "B")
+    sim.line("B", "heartbeat", 13960, ok=True, sent_mono_ns=ns(13060), recv_mono_ns=ns(13960), **ids)
+    sim.nemesis("unstall", 13950, "B")
+    report = sim.check()
+    assert report.rtt_p99_ms < 10, report.rtt_p99_ms
+
+
+def test_claim_answered_early(tmp_path: Path) -> None:
+    """A claim answered early (an instance that fired by its own clock, 25 s ahead)."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.claim("A", "every1", 30_000, 5_000, "early")
+    assert_violates(sim.check(), "not_early")
+
+
+def test_claim_answered_early_while_the_store_clock_was_stepped_back_is_excused(tmp_path: Path) -> None:
+    """The same early answer while the store's clock was stepped back: excused."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.nemesis("clock-step", 4_900, offset_ms=-12_000)
+    sim.claim("A", "every1", 30_000, 5_000, "early")
+    sim.nemesis("clock-back", 5_500, offset_ms=0)
+    report = sim.check()
+    assert not violations(report, "not_early") and report.invariants["not_early"].skipped == 1
+
+
+def test_scheduled_claim_sent_before_its_slot(tmp_path: Path) -> None:
+    """A scheduled claim sent 3 s before its slot by the true clock (an instance firing by a
+    skewed clock of its own, within the store's 10 s tolerance for early claims)."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.claim("A", "every1", 9_000, 6_000, "running", attempt=1, token="x")
+    report = sim.check()
+    assert_violates(report, "on_time")
+    assert "-3000 ms" in violations(report, "on_time")[0]
+
+
+def test_scheduled_claim_sent_late_by_a_frozen_process_is_excused(tmp_path: Path) -> None:
+    """B's claim of every1@9000, sent 1.3 s late right after its freeze, is late for a reason: excused."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.claim("B", "every1", 9_000, 10_305, "late")
+    report = sim.check()
+    assert not violations(report, "on_time") and report.invariants["on_time"].skipped >= 1
+
+
+def test_skip_win_while_the_store_clock_was_stepped_forward_is_excused(tmp_path: Path) -> None:
+    """skip3@6000 won while skip3@3000's lease lived by the monotonic clock, but the store's
+    clock had jumped forward: the store judged the lease on its own clock, excused."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_claim_6000.update(outcome="won", token="b-6000", run_slot_ms=6000)
+    sim.record("skip3", 6000, 1, "b-6000", "B", "success")
+    sim.sink_rows = None
+    sim.nemesis("clock-step", 5_900, offset_ms=3_000)
+    sim.nemesis("clock-back", 7_000, offset_ms=0)
+    report = sim.check()
+    assert not violations(report, "skip_no_overlap"), report.format_table()
+    assert report.invariants["skip_no_overlap"].skipped >= 1
