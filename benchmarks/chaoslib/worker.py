@@ -89,6 +89,8 @@ __all__ = ["JOB_PLANS", "JobPlan", "Plan", "RecordingStore", "Recorder", "Sink",
 
 #: How often a running handler logs a ``tick``.
 TICK_S = 0.010
+#: How long a handler keeps trying to write its result to a locked sink.
+SINK_PATIENCE_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,7 +306,12 @@ class Sink:
         self.path = path
         conn = self._connect()
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            for _ in range(50):  # switching to WAL needs a moment without other connections
+                try:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError:
+                    time.sleep(0.1)
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS results ("
                 " job TEXT NOT NULL, slot_ms INTEGER NOT NULL, attempt INTEGER NOT NULL,"
@@ -405,10 +412,18 @@ def _aborted(recorder: Recorder, ctx: Context, ids: Dict[str, Any]) -> None:
 
 
 def _write_sink(sink: Sink, ctx: Context) -> Tuple[Optional[bool], Optional[str]]:
-    try:
-        return sink.write(ctx.job, ctx.slot_ms, ctx.attempt, ctx.token), None
-    except Exception as exc:  # noqa: BLE001 - logged; the run itself goes on
-        return None, error_text(exc)
+    """Write the result, trying again while the sink is locked (a frozen instance may hold its
+    write lock) until it is written, the run's signal aborts, or :data:`SINK_PATIENCE_S` passed."""
+    deadline = time.monotonic() + SINK_PATIENCE_S
+    while True:
+        try:
+            return sink.write(ctx.job, ctx.slot_ms, ctx.attempt, ctx.token), None
+        except sqlite3.OperationalError as exc:
+            if ctx.signal.aborted or time.monotonic() >= deadline:
+                return None, error_text(exc)
+            ctx.signal.wait(0.05)
+        except Exception as exc:  # noqa: BLE001 - logged; the run itself goes on
+            return None, error_text(exc)
 
 
 def make_event_logger(recorder: Recorder) -> Any:

@@ -723,3 +723,25 @@ def test_skip_win_while_the_store_clock_was_stepped_forward_is_excused(tmp_path:
     report = sim.check()
     assert not violations(report, "skip_no_overlap"), report.format_table()
     assert report.invariants["skip_no_overlap"].skipped >= 1
+
+
+def test_a_final_sink_write_that_failed_is_skipped_not_blamed(tmp_path: Path) -> None:
+    """The final attempt of every1@12000 logged its sink write as failed (the sink stayed locked):
+    the sink holding nothing for it is not a violation, and is counted as skipped."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_run_12000.sink.update(accepted=None, error="OperationalError: database is locked")
+    assert sim.sink_rows is not None
+    del sim.sink_rows[("every1", 12000)]
+    report = sim.check()
+    assert not violations(report, "sink_newest"), report.format_table()
+    assert report.invariants["sink_newest"].skipped >= 1
+
+
+def test_a_final_sink_write_that_is_missing_is_blamed(tmp_path: Path) -> None:
+    """The same slot with its write logged as accepted but missing from the sink: a violation."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    assert sim.sink_rows is not None
+    del sim.sink_rows[("every1", 12000)]
+    assert_violates(sim.check(), "sink_newest")
