@@ -11,7 +11,7 @@ Layout (run from ``benchmarks/`` with ``PYTHONPATH=<repo>:<repo>/benchmarks``):
   stalls), each logged to ``nemesis.jsonl``;
 * ``harness.py`` — starts the store, the instances and the nemesis, and
   collects the logs and the store's final records;
-* ``checker.py`` — pure analysis of those logs and records: a count and the
+* ``checker/`` — pure analysis of those logs and records: a count and the
   violations of each invariant, the takeover and hand-over delays, and whether
   the faults were effective.
 

@@ -1,0 +1,238 @@
+"""The chaos checker: verifies a run's invariants from the instances' logs and the store's final records.
+
+:func:`check` reads every ``*.jsonl`` file of a log directory (the
+instances' lines, see :mod:`chaoslib.worker`, and the harness's
+``nemesis.jsonl``) and the runs the store holds at the end, and returns a
+:class:`Report`: for each invariant how many cases were checked and the
+violations, each a one-line explanation naming job, slot, attempt and runner.
+It is pure analysis: no process, no store, no clock. The package's modules:
+``report`` (settings, invariants, the report), ``model`` (the logs, indexed),
+``bounds``, and the checks by theme: ``safety``, ``outcomes``, ``timing``,
+``sink``.
+
+Times come from ``mono_ns`` (CLOCK_MONOTONIC, shared by the processes of one
+host); a store's lease is judged conservatively from the calls around it: a
+renewal (won claim or accepted heartbeat) sent at ``s`` and answered at ``r``
+was processed in ``[s, r]``, so the lease it set ran at least until ``s +
+lease``. The bounds (``rtt`` is the p99 of heartbeat round trips of the run,
+``margin`` :attr:`Config.margin_ms`, default 250 ms, covers thread scheduling
+and ``run_forever``'s signal handling; ``rtt`` is taken from the heartbeats that
+no fault or freeze touched, so a fault's delays are never folded into a bound:
+an overlap or a late ``lost`` that a network or store fault of the older
+runner touched is excused, counted as skipped):
+
+* overlap window: ``heartbeat + rtt + tick + 50 ms``;
+* takeover after SIGKILL: ``lease + 2 x heartbeat + rtt + margin``;
+* hand-over after SIGTERM: ``2 x heartbeat + rtt + margin``;
+* local deadline: last successful renewal sent + ``lease`` + ``margin``.
+
+The invariants (names as in :attr:`Report.invariants`):
+
+``tokens_unique``        every won attempt has its own token.
+``attempts_sequential``  the attempts of a slot were won as 1..n, in order, without
+                         duplicates; a gap is excused (skipped) only where a SIGKILL
+                         could have hit between a won claim and its log line, or a
+                         claim of the slot got no answer (an ambiguous write).
+``record_last_token``    the stored record holds the last attempt and its token.
+``one_finish``           at most one finish accepted per slot, with the record's
+                         token and status.
+``fencing``              every heartbeat, finish or release sent with an older
+                         token after a newer attempt was won (or after its own
+                         release) was refused.
+``overlap_window``       the time covered by an older attempt's ticks after the
+                         newer attempt's first tick (each tick covers ``tick_ms``) is
+                         within the overlap bound, per stretch between SIGCONTs
+                         of the older's process (frozen time cannot tick).
+``lost_in_time``         an older attempt that still did anything after the newer
+                         started logs ``lost`` within the overlap bound of that
+                         start or of the SIGCONT that resumed it.
+``local_deadline``       without a SIGSTOP, an attempt ticks no more past its local
+                         deadline, and a handler still running then logs ``lost``
+                         by it (when not fenced by a refusal). A ``lost`` that comes
+                         late for a handler that had ended in time is no violation:
+                         only the store's record of the end was pending.
+``end_state``            every slot ends completed (success/failed), skipped as
+                         overlap, refused late, interrupted by a newer slot, or out
+                         of attempts. A run still ``running`` is counted as live
+                         at the end when its runner was still at it, or no
+                         instance could have taken it over before the logs end.
+``dead_runners_only``    attempt k+1 follows only a runner that was killed, frozen,
+                         terminated, cut off by a store/network fault, or whose
+                         own lines show a failed or refused call, ``lost`` or a
+                         hand-over.
+``failed_not_retried``   no attempt is won after a failed finish was accepted.
+``max_attempts``         attempts started because runners died (all attempts minus
+                         released ones) <= ``max_attempts``.
+``skip_no_overlap``      for ``overlap="skip"`` jobs, no claim was won while an
+                         earlier slot's lease was surely alive.
+``not_late``             no new run (attempt 1) was won by a claim sent more than
+                         ``max_late_ms`` (``catch_up_ms`` for catch-up) + 10 s +
+                         margin after its slot (wall clock, the host's = SQLite's).
+``not_early``            no claim was answered ``early`` (its slot more than 10 s ahead of
+                         the store's clock) but while the store's clock was stepped.
+``on_time``              each process's first scheduled claim of a slot was sent (true wall
+                         clock: a skewed instance's lines are corrected by its skew) from
+                         200 ms before to 1 s after the slot, unless its process was
+                         frozen, not yet running, or hit by a fault, or the store's clock
+                         was stepped within a resync interval (61 s) before.
+``takeover_delay``       SIGKILL of a runner with a live attempt -> the next
+                         attempt's start, within the takeover bound.
+``handover_delay``       SIGTERM of a runner whose attempt was released -> the
+                         next attempt's start, within the hand-over bound.
+``sink_newest``          a refused sink write has a newer attempt's accepted write;
+                         with :attr:`Config.sink`, a slot completed with
+                         ``success`` holds the final token in the sink.
+
+What these logs cannot show, counted as *not checked* (``skipped``) rather
+than passed:
+
+* a store's clock is not logged: a lease is "alive" only where the calls
+  around it prove it; a skip check whose window is ambiguous, or that a step
+  of the store's clock touched, is not a violation (nor is a late claim won
+  while the clock was stepped);
+* an attempt whose claim was won without a ``won`` line (SIGKILL between the
+  store's answer and the log write; or a claim that timed out or lost its
+  connection although the store carried it out) has no token and no lines:
+  the checks it belongs to are skipped;
+* a delay that exceeds its bound while a store or network fault, a frozen
+  SQLite writer or the lack of any available backup could explain it is
+  counted as *excused*, not as a violation;
+* whether a ``late`` answer was justified (the store's ``now`` at the claim
+  is not known); only won claims are checked;
+* the sink's final contents only when :attr:`Config.sink` names the file.
+
+The harness's ``nemesis.jsonl`` lines: ``{"ev": "nemesis", "action": ...,
+"runner", "pid", "wall_ns", "mono_ns", ...}``. ``kill``, ``stop``, ``cont``,
+``term`` and ``start-instance`` concern one process (``pid``, else the
+``runner``'s latest incarnation); a process frozen with no ``cont`` logged
+counts as resumed at its first line after the freeze. Every other action is
+a store or network fault, of one runner when the line names it, else of all:
+``stall`` lasts until an ``unstall`` of the same scope, ``partition`` until
+``heal``, ``latency`` until ``unlatency``/``heal`` or a ``latency`` line
+whose ``ms`` is 0, ``clock-step`` (the store's clock jumped by ``offset_ms``)
+until ``clock-back``; any other action (``reset``, ``store-restart`` stamped at
+the crash) lasts its ``duration_ms``, if given. A fault's effects are taken
+to last ``lease + 2 x heartbeat`` after it ends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+from .bounds import bounds_of
+from .model import Model, build_model
+from .outcomes import check_max_attempts, check_successors, end_state
+from .report import (
+    DEFAULT_JOBS,
+    END_STATES,
+    INVARIANTS,
+    Config,
+    Delays,
+    InvariantResult,
+    JobConfig,
+    Report,
+    read_final_runs,
+)
+from .safety import (
+    check_attempts,
+    check_fencing,
+    check_local_deadline,
+    check_one_finish,
+    check_overlap,
+    check_record,
+    check_tokens,
+)
+from .sink import check_sink
+from .timing import check_delays, check_not_late, check_skip, check_timing
+
+__all__ = [
+    "Config",
+    "DEFAULT_JOBS",
+    "Delays",
+    "INVARIANTS",
+    "InvariantResult",
+    "JobConfig",
+    "Report",
+    "check",
+    "read_final_runs",
+]
+
+
+def _effects(model: Model) -> Dict[str, int]:
+    calls = [c for att in model.attempts.values() for c in att.calls]
+    actions = [n.get("action") for n in model.nemesis]
+    return {
+        "takeovers": sum(1 for c in model.claims if c.get("outcome") == "won" and c.get("reason") == "takeover"),
+        "refused_heartbeats": sum(1 for c in calls if c["ev"] == "heartbeat" and c.get("ok") is False),
+        "refused_late_claims": sum(1 for c in model.claims if c.get("outcome") == "late"),
+        "failed_heartbeats": sum(1 for c in calls if c["ev"] == "heartbeat" and c.get("ok") is None),
+        "refused_finishes": sum(1 for c in calls if c["ev"] == "finish" and c.get("ok") is False),
+        "lost_events": len(model.lost_events),
+        "handovers": len(model.handover_events),
+        "overlaps_skipped": sum(1 for c in model.claims if c.get("outcome") == "overlap"),
+        "planned_failures": sum(
+            1 for a in model.attempts.values() if a.end is not None and a.end.get("outcome") == "raised"
+        ),
+        "kills": actions.count("kill"),
+        "stops": actions.count("stop"),
+        "terms": actions.count("term"),
+        "store_restarts": actions.count("store-restart"),
+        "stalls": actions.count("stall"),
+    }
+
+
+def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> Report:
+    """Verify the invariants of one chaos run; see the module docstring for each of them."""
+    model = build_model(Path(log_dir), final_runs, config)
+    b = bounds_of(model, config)
+    inv = {name: InvariantResult(name, text) for name, text in INVARIANTS.items()}
+    takeover, handover = Delays(b.takeover_ms), Delays(b.handover_ms)
+    end_states = {state: 0 for state in END_STATES}
+    check_tokens(model, inv["tokens_unique"])
+    for slot in sorted(model.slots.values(), key=lambda s: (s.job, s.slot_ms)):
+        check_attempts(model, slot, inv["attempts_sequential"])
+        check_record(model, slot, inv["record_last_token"])
+        check_one_finish(slot, inv["one_finish"])
+        check_fencing(slot, inv["fencing"])
+        check_overlap(model, slot, b, inv["overlap_window"], inv["lost_in_time"])
+        check_successors(model, slot, inv["dead_runners_only"], inv["failed_not_retried"])
+        check_max_attempts(slot, config.max_attempts, inv["max_attempts"])
+        state, why = end_state(model, slot, b)
+        inv["end_state"].checked += 1
+        if state is not None:
+            end_states[state] += 1
+        else:
+            inv["end_state"].fail(f"{slot.label()}: {why}")
+    for att in model.attempts.values():
+        check_local_deadline(model, att, b, inv["local_deadline"])
+    for job, jc in config.jobs.items():
+        if jc.overlap == "skip":
+            check_skip(model, job, b, inv["skip_no_overlap"])
+    check_not_late(model, config, inv["not_late"])
+    check_timing(model, config, inv["not_early"], inv["on_time"])
+    check_delays(model, "kill", takeover, inv["takeover_delay"])
+    check_delays(model, "term", handover, inv["handover_delay"])
+    check_sink(model, config, inv["sink_newest"])
+    return Report(
+        invariants=inv,
+        effects=_effects(model),
+        end_states=end_states,
+        takeover=takeover,
+        handover=handover,
+        rtt_p99_ms=b.rtt_p99_ms,
+        overlap_bound_ms=b.overlap_ms,
+        margin_ms=config.margin_ms,
+        notes=_notes(model, config),
+    )
+
+
+def _notes(model: Model, config: Config) -> List[str]:
+    notes = []
+    if model.malformed:
+        notes.append(f"{model.malformed} malformed log line(s) ignored")
+    if config.sink is None:
+        notes.append("sink contents not checked (Config.sink not given)")
+    if not model.procs:
+        notes.append("no instance lines found")
+    return notes

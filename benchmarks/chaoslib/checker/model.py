@@ -1,0 +1,474 @@
+"""The model: the instances' and the nemesis's log lines, indexed by attempt, slot and process,
+with the faults and freezes they show."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from .report import INF, NS, AKey, Config, Line, SKey
+
+
+@dataclasses.dataclass
+class Attempt:
+    """One attempt of a slot as the logs show it (keyed by job, slot, attempt, token)."""
+
+    job: str
+    slot_ms: int
+    attempt: int
+    token: str
+    pid: Optional[int] = None
+    runner: Optional[str] = None
+    won: Optional[Line] = None
+    start: Optional[Line] = None
+    ticks: List[int] = dataclasses.field(default_factory=list)
+    calls: List[Line] = dataclasses.field(default_factory=list)  # heartbeat, finish, release
+    handler: List[Line] = dataclasses.field(default_factory=list)  # abort, sink, end
+    events: List[Line] = dataclasses.field(default_factory=list)
+    end: Optional[Line] = None
+    lost: Optional[Line] = None
+
+    def label(self) -> str:
+        """``job@slot #attempt (runner pid)`` for messages."""
+        return f"{self.job}@{self.slot_ms} #{self.attempt} ({self.runner} pid {self.pid})"
+
+    @property
+    def won_t0(self) -> Optional[int]:
+        """When the winning claim was sent."""
+        return None if self.won is None else self.won.get("t0_mono_ns")
+
+    @property
+    def won_t1(self) -> Optional[int]:
+        """When the winning claim's answer came back."""
+        return None if self.won is None else self.won.get("t1_mono_ns")
+
+    @property
+    def start_ns(self) -> Optional[int]:
+        """When the handler began (the ``start`` line), else the claim's answer."""
+        return self.start["mono_ns"] if self.start is not None else self.won_t1
+
+    def renewals(self) -> List[Tuple[int, int]]:
+        """(sent, received) of each call that set this attempt's lease: the won claim, accepted heartbeats."""
+        out = []
+        if self.won is not None:
+            out.append((self.won["t0_mono_ns"], self.won["t1_mono_ns"]))
+        out += [
+            (c["sent_mono_ns"], c["recv_mono_ns"]) for c in self.calls if c["ev"] == "heartbeat" and c.get("ok") is True
+        ]
+        return sorted(out)
+
+    def accepted(self, ev: str) -> List[Line]:
+        """The calls of kind ``ev`` the store accepted."""
+        return [c for c in self.calls if c["ev"] == ev and c.get("ok") is True]
+
+    def ended_sent(self, record: Optional[dict] = None) -> Optional[int]:
+        """When the first finish or release that may have ended the run was sent: one the store
+        accepted, or one that got no answer (it may have landed: an ambiguous write), unless the
+        final ``record`` shows this very attempt still running."""
+        still_running = record is not None and record.get("token") == self.token and record.get("status") == "running"
+        sent = [
+            c["sent_mono_ns"]
+            for c in self.calls
+            if c["ev"] in ("finish", "release") and (c.get("ok") is True or (c.get("ok") is None and not still_running))
+        ]
+        return min(sent) if sent else None
+
+    def refused_before(self, t: int) -> bool:
+        """Whether a call of this attempt was refused (ok false) with its answer before ``t``."""
+        return any(c.get("ok") is False and c["recv_mono_ns"] <= t for c in self.calls)
+
+
+@dataclasses.dataclass
+class Slot:
+    """A slot of a job: the claims for it, its attempts, and its stored record."""
+
+    job: str
+    slot_ms: int
+    claims: List[Line] = dataclasses.field(default_factory=list)
+    attempts: Dict[int, List[Attempt]] = dataclasses.field(default_factory=dict)
+    record: Optional[dict] = None
+
+    def label(self) -> str:
+        """``job@slot`` for messages."""
+        return f"{self.job}@{self.slot_ms}"
+
+    def ordered(self) -> List[Attempt]:
+        """One attempt per number, in attempt order (the first logged if a number was won twice)."""
+        return [self.attempts[n][0] for n in sorted(self.attempts)]
+
+
+@dataclasses.dataclass
+class Proc:
+    """One instance process (an incarnation of a runner)."""
+
+    pid: int
+    runner: Optional[str] = None
+    first_ns: int = INF
+    last_ns: int = 0
+    running_ns: Optional[int] = None
+    stopped_ns: Optional[int] = None
+    killed_ns: Optional[int] = None
+    termed_ns: Optional[int] = None
+    frozen: List[List[int]] = dataclasses.field(default_factory=list)  # [stop, cont or INF]
+    resumed: List[Tuple[int, int]] = dataclasses.field(default_factory=list)  # (frozen since, SIGCONT)
+
+    def seen(self, t: int) -> None:
+        """A line of this process at ``t``."""
+        self.first_ns = min(self.first_ns, t)
+        self.last_ns = max(self.last_ns, t)
+
+    def gone_ns(self) -> int:
+        """When it stopped being an instance: killed, asked to stop, or stopped; INF if never."""
+        times = [t for t in (self.killed_ns, self.termed_ns, self.stopped_ns) if t is not None]
+        return min(times) if times else INF
+
+    def frozen_during(self, a: int, b: int) -> bool:
+        """Whether the process was SIGSTOPped at some time in ``[a, b]``."""
+        return any(s <= b and e >= a for s, e in self.frozen)
+
+    def frozen_at(self, t: int) -> bool:
+        """Whether the process was SIGSTOPped at ``t``."""
+        return any(s <= t < e for s, e in self.frozen)
+
+    def resume_marks(self, tolerance_ns: int) -> List[int]:
+        """When the process ran again after each SIGCONT, as early as the logs allow.
+
+        A nemesis that logs ``cont`` after sending the signal lets the resumed
+        process log a line or two first: a resume counts from ``tolerance``
+        before its ``cont`` line, but never before the freeze began.
+        """
+        return sorted(max(since, cont - tolerance_ns) for since, cont in self.resumed)
+
+    def next_freeze(self, t: int) -> int:
+        """When the process was next SIGSTOPped after ``t`` (INF if never)."""
+        return min((s for s, _ in self.frozen if s > t), default=INF)
+
+
+PROCESS_ACTIONS = {"kill", "stop", "cont", "term", "start-instance"}
+FAULT_ENDS = {
+    "stall": ("unstall",), "partition": ("heal",), "latency": ("unlatency", "heal"), "clock-step": ("clock-back",),
+}  # fmt: skip
+RECOVERY_ACTIONS = {"unstall", "heal", "unlatency", "clock-back"}
+
+
+class Model:
+    """The logs indexed by attempt, slot and process, plus the nemesis's faults."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.attempts: Dict[AKey, Attempt] = {}
+        self.slots: Dict[SKey, Slot] = {}
+        self.procs: Dict[int, Proc] = {}
+        self.nemesis: List[Line] = []
+        self.claims: List[Line] = []
+        self.lost_events: List[Line] = []
+        self.handover_events: List[Line] = []
+        self.sink_lines: List[Line] = []
+        self.faults: List[Tuple[Optional[str], int, int]] = []  # scope runner (None: all), start, end
+        self.clock_steps: List[Tuple[int, int]] = []  # the store's clock was off: from the step to the step back
+        self.stores: Set[str] = set()
+        self.end_ns = 0
+        self.malformed = 0
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def slot(self, job: str, slot_ms: int) -> Slot:
+        """The slot, created on first use."""
+        key = (job, slot_ms)
+        if key not in self.slots:
+            self.slots[key] = Slot(job, slot_ms)
+        return self.slots[key]
+
+    def attempt(self, key: AKey, line: Line) -> Attempt:
+        """The attempt of ``key``, created on first use (with the line's runner and pid)."""
+        att = self.attempts.get(key)
+        if att is None:
+            att = self.attempts[key] = Attempt(*key)
+            self.slot(key[0], key[1]).attempts.setdefault(key[2], []).append(att)
+        if att.pid is None:
+            att.pid, att.runner = line.get("pid"), line.get("runner")
+        return att
+
+    def proc(self, pid: Optional[int]) -> Optional[Proc]:
+        """The process of ``pid``."""
+        return None if pid is None else self.procs.get(pid)
+
+    def settle_ns(self) -> int:
+        """How long a fault's effects are taken to outlast it."""
+        return (self.config.lease_ms + 2 * self.config.heartbeat_ms) * NS
+
+    def faulted(self, a: int, b: int, runner: Optional[str] = None, any_scope: bool = False) -> bool:
+        """Whether a store or network fault (of all runners, or of ``runner``) touched ``[a, b]``."""
+        settle = self.settle_ns()
+        return any(
+            (any_scope or scope is None or scope == runner) and s <= b and e + settle >= a
+            for scope, s, e in self.faults
+        )
+
+    def clock_stepped(self, a: int, b: int, after_ns: int = 0) -> bool:
+        """Whether the store's clock was stepped away at some time in ``[a, b]``, or less than
+        ``after_ns`` before ``a`` (an instance's estimate of it may stay off until it syncs again)."""
+        return any(s <= b and e + after_ns >= a for s, e in self.clock_steps)
+
+    def nemesis_in(self, actions: Set[str], a: int, b: int, pid: Optional[int] = None) -> List[Line]:
+        """The nemesis lines with one of ``actions`` in ``[a, b]`` (of process ``pid`` if given)."""
+        return [
+            n
+            for n in self.nemesis
+            if n.get("action") in actions and a <= n["mono_ns"] <= b and (pid is None or n.get("pid") == pid)
+        ]
+
+    def available(self, a: int, b: int, exclude: Optional[int]) -> bool:
+        """Whether some other instance ran (started, not frozen, not stopping, still logging) throughout ``[a, b]``."""
+        for proc in self.procs.values():
+            if proc.pid == exclude or proc.running_ns is None or proc.running_ns > a:
+                continue
+            if proc.gone_ns() <= b or proc.frozen_during(a, b) or proc.last_ns < b:
+                continue
+            return True
+        return False
+
+    def sqlite_writer_frozen(self, a: int, b: int, exclude: Optional[int]) -> bool:
+        """On SQLite, whether another process was frozen in ``[a, b]`` (it may hold the write lock)."""
+        if not self.stores & {"sqlite", ""}:
+            return False
+        return any(p.pid != exclude and p.frozen_during(a, b) for p in self.procs.values())
+
+
+def _akey(line: Line) -> Optional[AKey]:
+    job, slot, attempt, token = line.get("job"), line.get("slot_ms"), line.get("attempt"), line.get("token")
+    if isinstance(job, str) and isinstance(slot, int) and isinstance(attempt, int) and isinstance(token, str):
+        return (job, slot, attempt, token)
+    return None
+
+
+def _read_logs(log_dir: Path, model: Model) -> Tuple[List[Line], Dict[AKey, List[Tuple[int, Optional[int]]]]]:
+    """Every line but ticks (sorted by mono_ns), and the ticks per attempt: (mono_ns, pid)."""
+    lines: List[Line] = []
+    ticks: Dict[AKey, List[Tuple[int, Optional[int]]]] = {}
+    for path in sorted(Path(log_dir).glob("*.jsonl")):
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            for raw in f:
+                line = _parse(raw)
+                if line is None:
+                    model.malformed += raw.strip() != ""
+                    continue
+                if line["ev"] == "tick":
+                    key = _akey(line)
+                    if key is not None:
+                        ticks.setdefault(key, []).append((line["mono_ns"], line.get("pid")))
+                    continue
+                lines.append(line)
+    lines.sort(key=lambda ln: ln["mono_ns"])
+    return lines, ticks
+
+
+def _parse(raw: str) -> Optional[Line]:
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        line = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(line, dict) or not isinstance(line.get("ev"), str) or not isinstance(line.get("mono_ns"), int):
+        return None
+    return line
+
+
+def build_model(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> Model:
+    """Read the logs and records into a :class:`Model`."""
+    model = Model(config)
+    lines, ticks = _read_logs(log_dir, model)
+    for line in lines:
+        _index(model, line)
+    for key, marks in ticks.items():
+        att = model.attempts.get(key)
+        if att is None:
+            att = model.attempt(key, {"pid": marks[0][1]})
+        att.ticks = sorted(t for t, _ in marks)
+        for t, pid in marks:
+            if pid is not None:
+                model.procs.setdefault(pid, Proc(pid)).seen(t)
+        model.end_ns = max(model.end_ns, att.ticks[-1])
+    _apply_nemesis(model)
+    _close_unlogged_resumes(model, lines, ticks)
+    for job, runs in final_runs.items():
+        for run in runs:
+            model.slot(job, int(run["slot_ms"])).record = run
+    return model
+
+
+def _close_unlogged_resumes(
+    model: Model, lines: List[Line], ticks: Dict[AKey, List[Tuple[int, Optional[int]]]]
+) -> None:
+    """A process frozen with no ``cont`` logged that logs again was resumed by then (say by the
+    harness's final SIGCONT + SIGTERM): its first line after the freeze marks the resume."""
+    open_since = {
+        p.pid: p.frozen[-1][0]
+        for p in model.procs.values()
+        if p.frozen and p.frozen[-1][1] == INF and p.killed_ns is None
+    }
+    if not open_since:
+        return
+    first: Dict[int, int] = {}
+    marks = [(ln["mono_ns"], ln.get("pid")) for ln in lines] + [m for ms in ticks.values() for m in ms]
+    for t, pid in marks:
+        if pid in open_since and t > open_since[pid] + NS and t < first.get(pid, INF):
+            first[pid] = t
+    for pid, t in first.items():
+        proc = model.procs[pid]
+        proc.frozen[-1][1] = t
+        proc.resumed.append((proc.frozen[-1][0], t))
+
+
+def _index(model: Model, line: Line) -> None:
+    ev, t = line["ev"], line["mono_ns"]
+    model.end_ns = max(model.end_ns, t)
+    if ev == "nemesis":
+        model.nemesis.append(line)
+        return
+    pid = line.get("pid")
+    if isinstance(pid, int):
+        proc = model.procs.setdefault(pid, Proc(pid, line.get("runner")))
+        proc.seen(t)
+        if ev == "ready" and isinstance(line.get("store"), str):
+            model.stores.add(line["store"])
+        elif ev == "running":
+            proc.running_ns = t
+        elif ev == "stopped":
+            proc.stopped_ns = t
+    handler = _INDEXERS.get(ev)
+    if handler is not None:
+        handler(model, line)
+
+
+def _index_claim(model: Model, line: Line) -> None:
+    model.claims.append(line)
+    if not isinstance(line.get("job"), str) or not isinstance(line.get("slot_ms"), int):
+        return
+    slot = model.slot(line["job"], line["slot_ms"])
+    slot.claims.append(line)
+    if line.get("outcome") == "won":
+        key = _akey(line)
+        if key is not None:
+            att = model.attempt(key, line)
+            if att.won is None:
+                att.won = line
+
+
+def _index_attempt_line(model: Model, line: Line) -> None:
+    key = _akey(line)
+    if key is None:
+        return
+    att = model.attempt(key, line)
+    ev = line["ev"]
+    if ev == "start":
+        att.start = att.start or line
+    elif ev in ("heartbeat", "finish", "release"):
+        att.calls.append(line)
+    else:
+        att.handler.append(line)
+        if ev == "end":
+            att.end = att.end or line
+        elif ev == "sink":
+            model.sink_lines.append(line)
+
+
+def _index_event(model: Model, line: Line) -> None:
+    kind = line.get("type")
+    if kind == "lost":
+        model.lost_events.append(line)
+    elif kind == "handover":
+        model.handover_events.append(line)
+    if kind not in ("start", "success", "failed", "lost", "handover"):
+        return
+    key = _akey(line)
+    if key is None:
+        return
+    att = model.attempt(key, line)
+    att.events.append(line)
+    if kind == "lost" and att.lost is None:
+        att.lost = line
+
+
+_INDEXERS: Dict[str, Callable[[Model, Line], None]] = {
+    "claim": _index_claim,
+    "start": _index_attempt_line,
+    "heartbeat": _index_attempt_line,
+    "finish": _index_attempt_line,
+    "release": _index_attempt_line,
+    "abort": _index_attempt_line,
+    "sink": _index_attempt_line,
+    "end": _index_attempt_line,
+    "event": _index_event,
+}
+
+
+def _resolve_pid(model: Model, line: Line) -> Optional[int]:
+    """The process a nemesis line concerns: its ``pid``, else the runner's latest incarnation by then."""
+    pid = line.get("pid")
+    if isinstance(pid, int):
+        return pid
+    runner = line.get("runner")
+    best: Optional[Proc] = None
+    for proc in model.procs.values():
+        if (
+            proc.runner == runner
+            and proc.first_ns <= line["mono_ns"]
+            and (best is None or proc.first_ns > best.first_ns)
+        ):
+            best = proc
+    return None if best is None else best.pid
+
+
+def _apply_nemesis(model: Model) -> None:
+    model.nemesis.sort(key=lambda n: n["mono_ns"])
+    open_faults: Dict[Tuple[Optional[str], str], int] = {}
+    for line in model.nemesis:
+        action, t = line.get("action"), line["mono_ns"]
+        if action in PROCESS_ACTIONS:
+            pid = _resolve_pid(model, line)
+            line["pid"] = pid
+            if pid is not None:
+                _apply_signal(model.procs.setdefault(pid, Proc(pid, line.get("runner"))), action, t)
+        else:
+            _apply_fault(model, open_faults, line)
+    for (scope, kind), start in open_faults.items():
+        model.faults.append((scope, start, INF))
+        if kind == "clock-step":
+            model.clock_steps.append((start, INF))
+
+
+def _apply_signal(proc: Proc, action: str, t: int) -> None:
+    if action == "kill":
+        proc.killed_ns = t if proc.killed_ns is None else min(proc.killed_ns, t)
+        for interval in proc.frozen:
+            interval[1] = min(interval[1], t)
+    elif action == "term":
+        proc.termed_ns = t if proc.termed_ns is None else min(proc.termed_ns, t)
+    elif action == "stop":
+        if not proc.frozen or proc.frozen[-1][1] != INF:
+            proc.frozen.append([t, INF])
+    elif action == "cont" and proc.frozen and proc.frozen[-1][1] == INF:
+        proc.frozen[-1][1] = t
+        proc.resumed.append((proc.frozen[-1][0], t))
+
+
+def _apply_fault(model: Model, open_faults: Dict[Tuple[Optional[str], str], int], line: Line) -> None:
+    action, t, scope = str(line.get("action")), line["mono_ns"], line.get("runner")
+    ends_latency = action == "latency" and any(line.get(k) == 0 for k in ("ms", "latency_ms", "delay_ms"))
+    if action in RECOVERY_ACTIONS or ends_latency:
+        for (s, kind), start in list(open_faults.items()):
+            if s == scope and (action in FAULT_ENDS.get(kind, ()) or (ends_latency and kind == "latency")):
+                model.faults.append((s, start, t))
+                if kind == "clock-step":
+                    model.clock_steps.append((start, t))
+                del open_faults[(s, kind)]
+    elif action in FAULT_ENDS:
+        open_faults.setdefault((scope, action), t)
+    else:  # a point in time, or lasting duration_ms (a store restart is stamped at the crash)
+        duration = line.get("duration_ms")
+        model.faults.append((scope, t, t + (int(duration) * NS if isinstance(duration, (int, float)) else 0)))
