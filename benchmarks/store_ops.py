@@ -13,8 +13,8 @@ the bare round trip measured in the same run:
   trip and a script call, nothing more); ``PING`` is shown beside it;
 * PostgreSQL: ``SELECT 1`` on an autocommit connection taken from the
   store's own pool (the same kind of connection every operation uses; one
-  round trip, no table, no function); a one-row ``INSERT`` committed on it
-  is shown beside it (a write's commit flushes the WAL);
+  round trip, no table, no function); a one-row ``INSERT … ON CONFLICT DO
+  NOTHING`` committed on it is shown beside it (a write's commit flushes the WAL);
 * memory: taking and releasing a ``threading.Lock`` (the floor of any
   operation under the store's lock).
 
@@ -90,22 +90,15 @@ def bare_round_trip(store: Store) -> Iterator[Callable[[int], object]]:
         yield lambda i: client.evalsha(sha, len(keys), *keys, i)
         return
     if isinstance(store, PostgresStore):
-        # A connection of the store's own pool (autocommit, as every operation
-        # uses), given back afterwards; closed if the baseline failed on it.
-        conn = store._pool.getconn()
-        broken = True
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
+        # A cursor on a connection of the store's own pool (asynchronous, autocommit, each
+        # statement awaited with the store's deadline: the same as every operation uses).
+        with store._cursor("the bare round trip") as cur:
 
-                def select_1(i: int) -> object:
-                    cur.execute("SELECT 1")
-                    return cur.fetchone()
+            def select_1(i: int) -> object:
+                cur.execute("SELECT 1")
+                return cur.fetchone()
 
-                yield select_1
-            broken = False
-        finally:
-            store._pool.putconn(conn, close=broken)
+            yield select_1
         return
     lock = threading.Lock()
 
@@ -119,18 +112,13 @@ def bare_round_trip(store: Store) -> Iterator[Callable[[int], object]]:
 @contextmanager
 def bare_write(store: PostgresStore) -> Iterator[Callable[[int], object]]:
     """A second PostgreSQL baseline: one logged one-row INSERT, committed (a WAL flush)."""
-    conn = store._pool.getconn()
     table = f"{store.schema}.bench_bare"
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (k bigint PRIMARY KEY, v text)")
-            cur.execute(f"TRUNCATE {table}")
-            base = time.time_ns()
-            yield lambda i: cur.execute(f"INSERT INTO {table} (k, v) VALUES (%s, 'x')", (base + i,))
-            cur.execute(f"DROP TABLE {table}")
-    finally:
-        store._pool.putconn(conn)
+    with store._cursor("the bare write") as cur:
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (k bigint PRIMARY KEY, v text)")
+        cur.execute(f"TRUNCATE {table}")
+        base = time.time_ns()
+        yield lambda i: cur.execute(f"INSERT INTO {table} (k, v) VALUES (%s, 'x') ON CONFLICT DO NOTHING", (base + i,))
+        cur.execute(f"DROP TABLE {table}")
 
 
 def measure(store: Store, n: int) -> dict:
@@ -168,18 +156,18 @@ def measure(store: Store, n: int) -> dict:
 
 
 def pg_execute(store: PostgresStore, sql: str, params: Any = None) -> List[Tuple[Any, ...]]:
-    """Run one statement on a connection of the store's pool (autocommit); its rows, if any."""
-    conn = store._pool.getconn()
-    broken = True
+    """Run one statement on a connection of its own to the store's database (autocommit, blocking;
+    not the store's pool, whose first use would create the store's schema); its rows, if any."""
+    import psycopg2
+
+    conn = psycopg2.connect(store._pool._dsn)
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute(sql, params)
-            rows = list(cur.fetchall()) if cur.description is not None else []
-        broken = False
-        return rows
+            return list(cur.fetchall()) if cur.description is not None else []
     finally:
-        store._pool.putconn(conn, close=broken)
+        conn.close()
 
 
 def delete_jobs(store: PostgresStore, jobs: List[str]) -> None:

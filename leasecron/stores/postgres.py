@@ -183,6 +183,11 @@ class _Cursor:
         if self.connection.async_:
             wait(self._psycopg2, self.connection, self._timeout_s, self._doing)
 
+    @property
+    def description(self) -> Any:
+        """The columns of the last statement's result (``None`` if it returned no rows)."""
+        return self._cursor.description
+
     def fetchone(self) -> Any:
         return self._cursor.fetchone()
 
