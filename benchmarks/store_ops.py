@@ -1,10 +1,15 @@
 """Store operation latency against the bare round trip of the same store.
 
-    python benchmarks/store_ops.py [--store URL] [--ops N] [--rounds R]
+    python benchmarks/store_ops.py [--store URL] [--ops N] [--rounds R] [--threads 1,8]
 
 For each operation (claim won, claim lost, heartbeat, finish, release) it
-prints the median latency over R rounds of N operations, and its ratio to
-the bare round trip measured in the same run:
+prints p50 and p99 latency and ops/s with 1 and with 8 threads (medians over
+R rounds of N operations), the ratio of each p50 to the bare round trip
+measured in the same run, and what each operation cost the store, counted:
+round trips on Redis/Valkey (commands sent by the store's client), statements
+on PostgreSQL (sent by the store's cursor), transactions on SQLite. Every
+job has run one slot before (untimed): the claims measured are those of a
+job's steady state. The baselines:
 
 * SQLite: ``BEGIN IMMEDIATE`` + one ``INSERT`` + ``COMMIT`` on the same file,
   with the same pragmas (WAL, synchronous=NORMAL);
@@ -33,6 +38,7 @@ them on first use), and a schema the benchmark had to create is dropped.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -42,7 +48,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import leasecron
@@ -54,34 +60,157 @@ from leasecron.stores.redis import RedisStore, job_keys
 BENCH_SCHEMA = "leasecron_bench_{pid}"
 
 
-def timed(fn: Callable[[int], object], n: int) -> float:
-    """Microseconds per call of fn(i) for i in range(n)."""
+@dataclasses.dataclass
+class Timing:
+    """One batch of operations: latency percentiles (µs), throughput, and store calls per operation."""
+
+    p50: float
+    p99: float
+    ops_s: float
+    calls: Optional[float] = None
+
+
+def timed(fn: Callable[[int], object], n: int, threads: int = 1) -> Timing:
+    """Call ``fn(i)`` for i in range(n), spread over ``threads`` threads (i interleaved):
+    each call's latency, and the calls per second of the whole batch."""
+    chunks = [range(t, n, threads) for t in range(threads)]
+    latencies: List[List[int]] = [[] for _ in chunks]
+    errors: List[BaseException] = []
+    barrier = threading.Barrier(threads + 1)
+
+    def work(k: int) -> None:
+        out = latencies[k]
+        barrier.wait()
+        try:
+            for i in chunks[k]:
+                t0 = time.perf_counter_ns()
+                fn(i)
+                out.append(time.perf_counter_ns() - t0)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
     start = time.perf_counter_ns()
-    for i in range(n):
-        fn(i)
-    return (time.perf_counter_ns() - start) / n / 1000
+    for w in workers:
+        w.join()
+    wall_ns = time.perf_counter_ns() - start
+    if errors:
+        raise errors[0]
+    all_ns = sorted(x for out in latencies for x in out)
+    return Timing(
+        p50=all_ns[len(all_ns) // 2] / 1000,
+        p99=all_ns[min(len(all_ns) - 1, int(len(all_ns) * 0.99))] / 1000,
+        ops_s=n / (wall_ns / 1e9),
+    )
+
+
+class CallCounter:
+    """Counts what each operation costs the store: round trips to Redis/Valkey (commands sent
+    by the store's client, counted at its ``execute_command``), PostgreSQL statements sent
+    (counted at the store's cursor), SQLite transactions begun (a trace callback on the
+    store's connections). ``None`` for the memory store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._count = 0
+        self._lock = threading.Lock()
+        self.unit = ""
+        if isinstance(store, PostgresStore):
+            original = store._cursor
+
+            @contextmanager
+            def counting(doing: str) -> Iterator[Any]:
+                with original(doing) as cur:
+                    yield _CountingCursor(cur, self._add)
+
+            store._cursor = counting  # type: ignore[method-assign]
+            self.unit = "statements"
+        elif isinstance(store, SQLiteStore):
+            original_connect = store._connect
+
+            def connect() -> sqlite3.Connection:
+                conn = original_connect()
+                conn.set_trace_callback(lambda sql: self._add() if sql.startswith("BEGIN") else None)
+                return conn
+
+            store._connect = connect  # type: ignore[method-assign]
+            self.unit = "transactions"
+        elif isinstance(store, RedisStore):
+            client = store.client
+            send = client.execute_command
+
+            def execute_command(*args: Any, **options: Any) -> Any:
+                self._add()
+                return send(*args, **options)
+
+            client.execute_command = execute_command
+            self.unit = "round trips"
+
+    def _add(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def total(self) -> Optional[int]:
+        """Calls so far (None where nothing is counted)."""
+        if not self.unit:
+            return None
+        with self._lock:
+            return self._count
+
+    def per_op(self, fn: Callable[[], Timing], n: int) -> Timing:
+        """Run ``fn`` (a batch of ``n`` operations) and note its calls per operation."""
+        before = self.total()
+        timing = fn()
+        after = self.total()
+        if before is not None and after is not None:
+            timing.calls = (after - before) / n
+        return timing
+
+
+class _CountingCursor:
+    def __init__(self, cursor: Any, add: Callable[[], None]) -> None:
+        self._cursor = cursor
+        self._add = add
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        self._add()
+        self._cursor.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
 
 
 @contextmanager
 def bare_round_trip(store: Store) -> Iterator[Callable[[int], object]]:
-    """The baseline: the cheapest operation the store's medium allows."""
+    """The baseline: the cheapest operation the store's medium allows (thread-safe)."""
     if isinstance(store, SQLiteStore):
-        conn = sqlite3.connect(store.path, isolation_level=None)
+        local = threading.local()
+        opened: List[sqlite3.Connection] = []
+        setup = sqlite3.connect(store.path, isolation_level=None)
+        setup.execute("PRAGMA journal_mode = WAL")
+        setup.execute("CREATE TABLE IF NOT EXISTS bench_bare (k INTEGER PRIMARY KEY, v TEXT)")
+        setup.execute("DELETE FROM bench_bare")
+        setup.close()
+        base = time.time_ns()
+
+        def op(i: int) -> None:
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = sqlite3.connect(store.path, isolation_level=None, timeout=30, check_same_thread=False)
+                conn.execute("PRAGMA synchronous = NORMAL")
+                opened.append(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO bench_bare (k, v) VALUES (?, ?)", (base + i, "x"))
+            conn.execute("COMMIT")
+
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("CREATE TABLE IF NOT EXISTS bench_bare (k INTEGER PRIMARY KEY, v TEXT)")
-            conn.execute("DELETE FROM bench_bare")
-            base = time.time_ns()
-
-            def op(i: int) -> None:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute("INSERT INTO bench_bare (k, v) VALUES (?, ?)", (base + i, "x"))
-                conn.execute("COMMIT")
-
             yield op
         finally:
-            conn.close()
+            for conn in opened:
+                conn.close()
         return
     if isinstance(store, RedisStore):
         client = store.client
@@ -90,15 +219,15 @@ def bare_round_trip(store: Store) -> Iterator[Callable[[int], object]]:
         yield lambda i: client.evalsha(sha, len(keys), *keys, i)
         return
     if isinstance(store, PostgresStore):
-        # A cursor on a connection of the store's own pool (asynchronous, autocommit, each
-        # statement awaited with the store's deadline: the same as every operation uses).
-        with store._cursor("the bare round trip") as cur:
-
-            def select_1(i: int) -> object:
+        # SELECT 1 on a connection taken from the store's own pool (asynchronous, autocommit,
+        # awaited with the store's deadline) and given back: what every operation does around
+        # its one statement.
+        def select_1(i: int) -> object:
+            with store._cursor("the bare round trip") as cur:
                 cur.execute("SELECT 1")
                 return cur.fetchone()
 
-            yield select_1
+        yield select_1
         return
     lock = threading.Lock()
 
@@ -111,37 +240,61 @@ def bare_round_trip(store: Store) -> Iterator[Callable[[int], object]]:
 
 @contextmanager
 def bare_write(store: PostgresStore) -> Iterator[Callable[[int], object]]:
-    """A second PostgreSQL baseline: one logged one-row INSERT, committed (a WAL flush)."""
+    """A second PostgreSQL baseline: a one-row ``INSERT … ON CONFLICT DO NOTHING``, committed
+    (a WAL flush), on a connection of the store's pool like every operation."""
     table = f"{store.schema}.bench_bare"
-    with store._cursor("the bare write") as cur:
-        cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (k bigint PRIMARY KEY, v text)")
-        cur.execute(f"TRUNCATE {table}")
-        base = time.time_ns()
-        yield lambda i: cur.execute(f"INSERT INTO {table} (k, v) VALUES (%s, 'x') ON CONFLICT DO NOTHING", (base + i,))
-        cur.execute(f"DROP TABLE {table}")
+    pg_execute(store, f"CREATE TABLE IF NOT EXISTS {table} (k bigint PRIMARY KEY, v text)")
+    pg_execute(store, f"TRUNCATE {table}")
+    base = time.time_ns()
+
+    def insert(i: int) -> None:
+        with store._cursor("the bare write") as cur:
+            cur.execute(f"INSERT INTO {table} (k, v) VALUES (%s, 'x') ON CONFLICT DO NOTHING", (base + i,))
+
+    try:
+        yield insert
+    finally:
+        pg_execute(store, f"DROP TABLE IF EXISTS {table}")
 
 
-def measure(store: Store, n: int) -> dict:
-    """One round: each operation n times, microseconds per operation."""
+OPERATIONS = ("claim (won)", "claim (running)", "heartbeat", "finish", "release")
+
+
+def measure(store: Store, n: int, threads: int, counter: CallCounter) -> Dict[str, Timing]:
+    """One round: the baselines and each operation, ``n`` times over ``threads`` threads."""
     prefix = f"bench-{time.time_ns()}-"
     jobs = [f"{prefix}{i}" for i in range(n)]  # n jobs, each with its current slot
     slot = store.now_ms() - 5_000
-    won: List[leasecron.Claim] = []
+    won: List[Any] = [None] * n
+    results: Dict[str, Timing] = {}
+
+    def batch(name: str, fn: Callable[[int], object], count: int = n) -> None:
+        results[name] = counter.per_op(lambda: timed(fn, count, threads), count)
+
     with bare_round_trip(store) as bare:
-        results = {"bare round trip": timed(bare, n)}
+        results["bare round trip"] = timed(bare, n, threads)
     if isinstance(store, RedisStore):
-        results["PING"] = timed(lambda i: store.client.ping(), n)
+        results["PING"] = timed(lambda i: store.client.ping(), n, threads)
     if isinstance(store, PostgresStore):
         with bare_write(store) as write:
-            results["INSERT (commit)"] = timed(write, n)
+            results["bare INSERT"] = timed(write, n, threads)
+
+    def claim(i: int) -> None:
+        won[i] = store.claim(jobs[i], slot, runner="bench")
+
     try:
-        results["claim (won)"] = timed(lambda i: won.append(store.claim(jobs[i], slot, runner="bench")), n)
+        # the steady state: each job already ran a slot (untimed), as a job claimed every interval
+        for job in jobs:
+            first = store.claim(job, slot - 60_000, runner="bench", max_late_ms=3_600_000)
+            assert first.run is not None
+            store.finish(job, slot - 60_000, first.run.token, "success")
+        batch("claim (won)", claim)
         assert all(c.won for c in won), "every claim of a new slot must win"
-        results["claim (running)"] = timed(lambda i: store.claim(jobs[i], slot, runner="other"), n)
-        results["heartbeat"] = timed(lambda i: store.heartbeat(jobs[i], slot, won[i].run.token, 30_000), n)
+        batch("claim (running)", lambda i: store.claim(jobs[i], slot, runner="other"))
+        batch("heartbeat", lambda i: store.heartbeat(jobs[i], slot, won[i].run.token, 30_000))
         half = n // 2
-        results["finish"] = timed(lambda i: store.finish(jobs[i], slot, won[i].run.token, "success"), half)
-        results["release"] = timed(lambda i: store.release(jobs[half + i], slot, won[half + i].run.token), n - half)
+        batch("finish", lambda i: store.finish(jobs[i], slot, won[i].run.token, "success"), half)
+        batch("release", lambda i: store.release(jobs[half + i], slot, won[half + i].run.token), n - half)
     finally:  # leave nothing behind on a shared server
         if isinstance(store, RedisStore):
             store.client.srem(f"{store.prefix}:jobs", *jobs)
@@ -150,6 +303,14 @@ def measure(store: Store, n: int) -> dict:
         elif isinstance(store, PostgresStore):
             delete_jobs(store, jobs)
     return results
+
+
+#: The targets of issue 6: (operation, baseline, at most this many times the baseline's p50).
+TARGETS = {
+    "redis": [("claim (won)", "bare round trip", 1.5), ("claim (running)", "bare round trip", 1.5)],
+    "postgresql": [("claim (won)", "bare INSERT", 1.25), ("claim (running)", "bare round trip", 1.5)],
+    "sqlite": [("claim (won)", "bare round trip", 1.5), ("claim (running)", "bare round trip", 1.5)],
+}
 
 
 # -- PostgreSQL: a schema of the benchmark's own ---------------------------------------
@@ -245,42 +406,94 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+def run_rounds(store: Store, ops: int, rounds: int, threads: int, counter: CallCounter) -> Dict[str, Timing]:
+    """``rounds`` rounds; per figure the median over the rounds."""
+    done = [measure(store, ops, threads, counter) for _ in range(rounds)]
+
+    def median(name: str, field: str) -> Optional[float]:
+        values = [getattr(r[name], field) for r in done if getattr(r[name], field) is not None]
+        return statistics.median(values) if values else None
+
+    return {
+        name: Timing(
+            p50=median(name, "p50") or 0.0,
+            p99=median(name, "p99") or 0.0,
+            ops_s=median(name, "ops_s") or 0.0,
+            calls=median(name, "calls"),
+        )
+        for name in done[0]
+    }
+
+
+def report(kind: str, unit: str, threads: int, figures: Dict[str, Timing]) -> None:
+    """The table of one thread count, and the targets."""
+    base = figures["bare round trip"].p50
+    print(f"\n{threads} thread{'s' if threads > 1 else ''}:")
+    print(f"{'operation':<18} {'p50 us':>9} {'p99 us':>9} {'ops/s':>9} {'x bare':>7} {unit + '/op':>16}")
+    for name, t in figures.items():
+        calls = "" if t.calls is None else f"{t.calls:.2f}"
+        print(f"{name:<18} {t.p50:9.1f} {t.p99:9.1f} {t.ops_s:9.0f} {t.p50 / base:7.2f} {calls:>16}")
+    for op, baseline, limit in TARGETS.get(kind, []):
+        ratio = figures[op].p50 / figures[baseline].p50
+        verdict = "met" if ratio <= limit else "MISSED"
+        print(f"target {op} <= {limit}x {baseline} (p50): {ratio:.2f}x, {verdict}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--store", help="store URL (default: a temporary SQLite file)")
     parser.add_argument("--ops", type=int, default=400, help="operations per round (default 400)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is shown (default 5)")
+    parser.add_argument("--threads", default="1,8", help="thread counts, comma-separated (default 1,8)")
     args = parser.parse_args()
+    thread_counts = [int(t) for t in args.threads.split(",")]
     exit_on_sigterm()
     note = ""
+    results: Dict[int, Dict[str, Timing]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         url = args.store or f"sqlite:///{os.path.join(tmp, 'bench.db')}"
         if urlsplit(url).scheme.lower() in ("postgresql", "postgres"):
             with postgres_bench_store(url) as (pg, owned):
                 note = f", {pg.server_version()}, schema {pg.schema}"
                 note += " (created and dropped by the benchmark)" if owned else ""
-                rounds = [measure(pg, args.ops) for _ in range(args.rounds)]
+                counter = CallCounter(pg)
+                for threads in thread_counts:
+                    results[threads] = run_rounds(pg, args.ops, args.rounds, threads, counter)
             store: Store = pg
         else:
             store = leasecron.open_store(url)
+            counter = CallCounter(store)
             try:
-                rounds = [measure(store, args.ops) for _ in range(args.rounds)]
+                note = f", {store.server_version()}" if not isinstance(store, MemoryStore) else ""
+                for threads in thread_counts:
+                    results[threads] = run_rounds(store, args.ops, args.rounds, threads, counter)
             finally:
                 store.close()
-    names = list(rounds[0])
-    medians = {name: statistics.median(r[name] for r in rounds) for name in names}
-    base = medians["bare round trip"]
     kind = "memory" if isinstance(store, MemoryStore) else store.kind
-    where = f"{args.store}{note}" if args.store else "temporary SQLite file"
+    where = f"{args.store}{note}" if args.store else f"temporary SQLite file{note}"
     print(f"leasecron {leasecron.__version__}, store {kind} ({where})")
-    print(f"{args.rounds} rounds x {args.ops} operations, median per operation, Python {sys.version.split()[0]}")
-    if isinstance(store, PostgresStore):
-        print("bare round trip: SELECT 1 on an autocommit connection of the store's pool")
-    print(f"{'operation':<18} {'us/op':>9} {'ops/s':>9} {'x bare':>7}")
-    for name in names:
-        us = medians[name]
-        print(f"{name:<18} {us:9.1f} {1e6 / us:9.0f} {us / base:7.2f}")
+    print(f"{args.rounds} rounds x {args.ops} operations; medians over the rounds; Python {sys.version.split()[0]}")
+    print("bare round trip: " + BASELINES.get(kind, "taking and releasing a lock"))
+    if counter.unit:
+        print(f"{counter.unit}/op: {COUNTED[counter.unit]}")
+    for threads, figures in results.items():
+        report("redis" if kind == "valkey" else kind, counter.unit or "calls", threads, figures)
     return 0
+
+
+#: What the baseline is, per store kind.
+BASELINES = {
+    "sqlite": "BEGIN IMMEDIATE + one INSERT + COMMIT on the same file (WAL, synchronous=NORMAL)",
+    "redis": "EVALSHA of 'return 1' with a job's four keys, on the store's client (PING beside it)",
+    "valkey": "EVALSHA of 'return 1' with a job's four keys, on the store's client (PING beside it)",
+    "postgresql": "SELECT 1 on a connection of the store's pool (bare INSERT: one row, ON CONFLICT DO NOTHING)",
+}
+#: How the calls per operation are counted.
+COUNTED = {
+    "round trips": "commands the store's client sent (a script's own calls run on the server)",
+    "statements": "statements the store sent, counted at its cursor",
+    "transactions": "BEGINs on the store's connections (SQLite is in-process: no round trip)",
+}
 
 
 if __name__ == "__main__":
