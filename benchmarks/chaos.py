@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -60,9 +61,16 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the chaos test the command line asks for; the exit code."""
     args = parse_args(argv)
+    # SIGTERM stops the run like Ctrl-C: everything it started (instances in sessions of their
+    # own, servers, proxies) is stopped on the way out
+    signal.signal(signal.SIGTERM, lambda signum, frame: _interrupt())
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     print(f"seed {seed} (replay: --seed {seed})", flush=True)
     try:

@@ -348,8 +348,9 @@ class Engine:
         self._emitter.emit(name, run.job, run.slot_ms, attempt=run.attempt, reason=reason, error=error, run=run)
 
     def call_at_monotonic(self, mono_s: float, fn: Callable[..., Any], *args: Any) -> None:
-        """Call ``fn(*args)`` in the scheduler thread at the host's monotonic time ``mono_s``."""
-        self._timers.call_at(self.clock.at_monotonic(mono_s), fn, *args)
+        """Call ``fn(*args)`` in the scheduler thread at the host's monotonic time ``mono_s``
+        (whatever a correction of the store clock's estimate does meanwhile)."""
+        self._timers.call_at_monotonic(mono_s, fn, *args)
 
     # -- plumbing ------------------------------------------------------------------------------
 

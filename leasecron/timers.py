@@ -1,9 +1,21 @@
-"""The scheduler thread: one thread that calls functions at times on the store's clock.
+"""The scheduler thread: one thread that calls functions at times on the store's clock
+or on the host's monotonic clock.
 
 Everything an instance does at a time goes through here: a job's next slot,
 the claim after its jitter, a backup's next check, a lease's local deadline.
 The callbacks are quick (they hand store calls to a pool), so one thread
 serves any number of jobs; it sleeps until the earliest entry is due.
+
+Two heaps, because the two kinds of time part ways when the estimate of the
+store's clock is corrected (the store's clock stepped, and was read again):
+
+* :meth:`Timers.call_at` takes a time on the store's clock (a slot, a lease's
+  end): such an entry follows the correction;
+* :meth:`Timers.call_at_monotonic` and :meth:`Timers.call_later` take the
+  host's monotonic clock (a lease's local deadline, a jitter, a backoff):
+  such an entry fires when it was meant to, whatever the estimate does. A
+  local deadline kept on the store's clock would move with a correction, and
+  a runner cut off from its store would run on past its lease.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
 from typing import Any, Callable, List, Optional, Tuple
 
 from .clock import StoreClock
@@ -19,13 +32,17 @@ from .events import log
 __all__ = ["Timers"]
 
 
+Entry = Tuple[float, int, Callable[..., Any], Tuple[Any, ...]]
+
+
 class Timers:
-    """A heap of ``(due_ms, fn)`` served by one daemon thread."""
+    """Two heaps of ``(due, fn)`` (store ms, monotonic s) served by one daemon thread."""
 
     def __init__(self, clock: StoreClock, on_error: Callable[[BaseException], None]) -> None:
         self._clock = clock
         self._on_error = on_error
-        self._heap: List[Tuple[float, int, Callable[..., Any], Tuple[Any, ...]]] = []
+        self._store_heap: List[Entry] = []  # due on the store's clock, ms
+        self._mono_heap: List[Entry] = []  # due on the host's monotonic clock, s
         self._seq = itertools.count()
         self._cond = threading.Condition(threading.Lock())
         self._stopped = False
@@ -38,42 +55,63 @@ class Timers:
 
     def call_at(self, due_ms: float, fn: Callable[..., Any], *args: Any) -> None:
         """Call ``fn(*args)`` in the scheduler thread once the store's clock reaches ``due_ms``."""
+        self._push(self._store_heap, due_ms, fn, args)
+
+    def call_at_monotonic(self, due_s: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` in the scheduler thread once the host's monotonic clock reaches ``due_s``."""
+        self._push(self._mono_heap, due_s, fn, args)
+
+    def call_later(self, delay_ms: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` in the scheduler thread after ``delay_ms`` (on the monotonic clock)."""
+        self.call_at_monotonic(time.monotonic() + delay_ms / 1000, fn, *args)
+
+    def _push(self, heap: List[Entry], due: float, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:
         with self._cond:
             if self._stopped:
                 return
-            entry = (due_ms, next(self._seq), fn, args)
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] is entry:  # a new earliest entry: wake the thread
+            entry = (due, next(self._seq), fn, args)
+            heapq.heappush(heap, entry)
+            if heap[0] is entry:  # a new earliest entry: wake the thread
                 self._cond.notify()
-
-    def call_later(self, delay_ms: float, fn: Callable[..., Any], *args: Any) -> None:
-        """Call ``fn(*args)`` in the scheduler thread after ``delay_ms``."""
-        self.call_at(self._clock.now_ms() + delay_ms, fn, *args)
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Stop the thread; entries not yet due are dropped."""
         with self._cond:
             self._stopped = True
-            self._heap.clear()
+            self._store_heap.clear()
+            self._mono_heap.clear()
             self._cond.notify_all()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
+    def _next(self) -> Optional[Tuple[Callable[..., Any], Tuple[Any, ...]]]:
+        """Pop a due entry, or wait (the lock held by the caller) until one may be due; None when stopped."""
+        while True:
+            if self._stopped:
+                return None
+            waits = []
+            if self._store_heap:
+                wait_s = (self._store_heap[0][0] - self._clock.now_ms()) / 1000
+                if wait_s <= 0:
+                    _, _, fn, args = heapq.heappop(self._store_heap)
+                    return fn, args
+                waits.append(wait_s)
+            if self._mono_heap:
+                wait_s = self._mono_heap[0][0] - time.monotonic()
+                if wait_s <= 0:
+                    _, _, fn, args = heapq.heappop(self._mono_heap)
+                    return fn, args
+                waits.append(wait_s)
+            self._cond.wait(min(waits) if waits else None)
+
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    if self._stopped:
-                        return
-                    if self._heap:
-                        wait_ms = self._heap[0][0] - self._clock.now_ms()
-                        if wait_ms <= 0:
-                            _, _, fn, args = heapq.heappop(self._heap)
-                            break
-                        self._cond.wait(wait_ms / 1000)
-                    else:
-                        self._cond.wait()
+                due = self._next()
+            if due is None:
+                return
+            fn, args = due
             try:
                 fn(*args)
             except BaseException as exc:  # noqa: BLE001 - reported, the thread lives on
