@@ -125,18 +125,18 @@ class CountingTimers(Timers):
         self.ran = 0
         CountingTimers.latest = self
 
-    def call_at(self, due_ms: float, fn: Callable[..., Any], *args: Any) -> None:
-        """Plan ``fn(*args)`` as usual, wrapped so that its run is counted."""
-        super().call_at(due_ms, self._counted, fn, *args)
+    def _push(self, heap: List[Any], due: float, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:
+        """Plan ``fn(*args)`` as usual (on either heap), wrapped so that its run is counted."""
+        super()._push(heap, due, self._counted, (fn, *args))
 
     def _counted(self, fn: Callable[..., Any], *args: Any) -> None:
         self.ran += 1  # only ever in the scheduler thread
         fn(*args)
 
     def entries(self) -> int:
-        """How many entries the heap holds now."""
+        """How many entries the heaps hold now (store-clock and monotonic ones)."""
         with self.counting:
-            return len(self._heap)
+            return len(self._store_heap) + len(self._mono_heap)
 
 
 # ---------------------------------------------------------------------------------------------
