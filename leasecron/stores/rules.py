@@ -237,6 +237,9 @@ class TableStore(Store):
         validate_claim_args(
             job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size
         )
+        settled = self._settled_claim(job, slot_ms)
+        if settled is not None:
+            return settled
         with self._write() as (table, now):
             record = table.get(job, slot_ms)
             if record is not None:
@@ -273,6 +276,25 @@ class TableStore(Store):
             table.insert(record)
             table.prune(job, history_size, now - max_late_ms - LATE_TOLERANCE_MS)
             return Claim(WON, record.to_run())
+
+    def _settled_claim(self, job: str, slot_ms: int) -> Optional[Claim]:
+        """The answer to a claim that a read alone decides, without the write lock: the slot's
+        run has ended (``done``) or holds a live lease (``running``); None otherwise.
+
+        Most claims are of this kind (every instance but one claims each slot; a backup's
+        check of a run that ended), and on SQLite the write lock is what instances queue for.
+        The answer holds as of the read: a lease still alive at ``now``, read after the record,
+        was alive when the record was read, and an ended run stays ended.
+        """
+        with self._read() as table:
+            record = table.get(job, slot_ms)
+        if record is None:
+            return None
+        if record.status != RUNNING:
+            return Claim("done", record.to_run())
+        if record.lease_end_ms > self.now_ms():
+            return Claim("running", record.to_run())
+        return None
 
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         validate_heartbeat_args(job, slot_ms, token, lease_ms)
