@@ -106,10 +106,8 @@ from urllib.parse import urlsplit
 from store_ops import (
     CallCounter,
     bare_round_trip,
-    delete_jobs,
-    drop_schema,
     exit_on_sigterm,
-    pg_execute,
+    postgres_bench_store,
     timed,
     url_options,
     with_option,
@@ -538,38 +536,11 @@ def redis_namespace(url: str, names: List[str]) -> Iterator[Tuple[str, Store, st
 @contextmanager
 def postgres_namespace(url: str, names: List[str]) -> Iterator[Tuple[str, Store, str]]:
     """A schema of the benchmark's own (dropped at the end), or the jobs' rows in a given one."""
-    options = url_options(url)
-    given = options.get("schema")
-    if given is None:
-        url = with_option(url, "schema", OWN_NAMESPACE.format(pid=os.getpid()))
-    if "application_name" not in options:  # so that pg_stat_activity says whose sessions these are
-        url = with_option(url, "application_name", f"leasecron-firelag-{os.getpid()}")
-    store = PostgresStore.from_url(url)
-    owned = False
-    try:
-        exists = pg_execute(store, "SELECT to_regnamespace(%s) IS NOT NULL", (store.schema,))[0][0]
-        if exists and given is None:
-            raise SystemExit(
-                f"schema {store.schema} exists (left by a killed run?); not touching it."
-                f" Drop it (DROP SCHEMA {store.schema} CASCADE) or pass ?schema=..."
-            )
-        if exists and set(store.jobs()) & set(names):
-            raise SystemExit(f"jobs of this benchmark already have runs in schema {store.schema}; not touching them")
-        if not exists:
-            pg_execute(store, f"CREATE SCHEMA {store.schema}")
-            owned = True
+    with postgres_bench_store(url, name="firelag", jobs=names) as (store, owned):
         store.now_ms()  # creates the store's tables and functions before the instances start
         what = "created and dropped by the benchmark" if owned else "its jobs' rows deleted at the end"
-        note = f"schema {store.schema}, {what}"
-        yield url, store, note
-    finally:
-        try:
-            if owned:
-                drop_schema(store)
-            elif store._schema_ready:
-                delete_jobs(store, names)
-        finally:
-            store.close()
+        instance_url = with_option(url, "schema", store.schema) if "schema" not in url_options(url) else url
+        yield instance_url, store, f"schema {store.schema}, {what}"
 
 
 # ===================================================================================

@@ -48,7 +48,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import leasecron
@@ -56,8 +56,6 @@ from leasecron.stores import MemoryStore, SQLiteStore, Store
 from leasecron.stores.postgres import PostgresStore
 from leasecron.stores.redis import RedisStore, job_keys
 
-#: The schema a PostgreSQL benchmark makes for itself when the URL names none.
-BENCH_SCHEMA = "leasecron_bench_{pid}"
 
 
 @dataclasses.dataclass
@@ -351,20 +349,22 @@ def with_option(url: str, key: str, value: str) -> str:
 
 
 @contextmanager
-def postgres_bench_store(url: str) -> Iterator[Tuple[PostgresStore, bool]]:
+def postgres_bench_store(url: str, name: str = "bench", jobs: Sequence[str] = ()) -> Iterator[Tuple[PostgresStore, bool]]:
     """A PostgresStore for ``url`` and whether its schema is the benchmark's own.
 
-    Without ``schema=`` in ``url``: a fresh schema ``leasecron_bench_<pid>``,
+    Without ``schema=`` in ``url``: a fresh schema ``leasecron_<name>_<pid>``,
     created here (an existing one of that name is an error, never reused).
-    With ``schema=``: that schema, created here if it does not exist. A
-    schema created here is dropped on the way out, whatever happened.
+    With ``schema=``: that schema, created here if it does not exist; if it
+    exists and any of ``jobs`` has runs there, an error (never touched), and
+    the rows of ``jobs`` are deleted on the way out. A schema created here is
+    dropped on the way out, whatever happened.
     """
     options = url_options(url)
     given = options.get("schema")
     if given is None:
-        url = with_option(url, "schema", BENCH_SCHEMA.format(pid=os.getpid()))
+        url = with_option(url, "schema", f"leasecron_{name}_{os.getpid()}")
     if "application_name" not in options:  # so that pg_stat_activity says whose sessions these are
-        url = with_option(url, "application_name", f"leasecron-bench-{os.getpid()}")
+        url = with_option(url, "application_name", f"leasecron-{name}-{os.getpid()}")
     store = PostgresStore.from_url(url)
     owned = False
     try:
@@ -374,6 +374,8 @@ def postgres_bench_store(url: str) -> Iterator[Tuple[PostgresStore, bool]]:
                 f"schema {store.schema} exists (left by a killed run?); not touching it."
                 f" Drop it (DROP SCHEMA {store.schema} CASCADE) or pass ?schema=..."
             )
+        if exists and jobs and set(store.jobs()) & set(jobs):
+            raise SystemExit(f"jobs of this benchmark already have runs in schema {store.schema}; not touching them")
         if not exists:
             pg_execute(store, f"CREATE SCHEMA {store.schema}")
             owned = True
@@ -382,6 +384,8 @@ def postgres_bench_store(url: str) -> Iterator[Tuple[PostgresStore, bool]]:
         try:
             if owned:
                 drop_schema(store)
+            elif jobs and store._schema_ready:
+                delete_jobs(store, list(jobs))
         finally:
             store.close()
 
