@@ -307,6 +307,65 @@ def test_claim_waits_for_the_write_lock_within_busy_timeout(db: Path) -> None:
         store.close()
 
 
+def test_threads_waiting_for_the_write_lock_each_give_up_within_the_busy_timeout(db: Path) -> None:
+    """The threads of one process queue for the write lock, but none waits past its own busy timeout."""
+    store = leasecron.open_store(_url(db, busy_timeout_ms="500"))
+    try:
+        slot = store.now_ms() - 1_000
+        assert store.get_run(JOB, slot) is None
+        locker = _Locker(db)
+        waits: List[Any] = []
+
+        def claim() -> None:
+            started = time.monotonic()
+            try:
+                store.claim(JOB, slot, runner=threading.current_thread().name)
+                waits.append("claimed while the lock was held")
+            except leasecron.StoreUnavailable:
+                waits.append(time.monotonic() - started)
+
+        try:
+            threads = [threading.Thread(target=claim, name=f"t{i}") for i in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=10)
+        finally:
+            locker.release()
+        assert len(waits) == 4 and all(isinstance(w, float) for w in waits), waits
+        # Four waits of 0.5 s one after the other would end near 2 s.
+        assert all(0.45 <= w < 1.5 for w in waits), waits
+        assert store.claim(JOB, slot, runner="after").won
+    finally:
+        store.close()
+
+
+def test_threads_that_come_and_go_leave_no_connection_open(db: Path) -> None:
+    """Each run has threads of its own: a store must not keep a connection (and its files) per thread ever seen."""
+    fd_dir = Path("/proc/self/fd")
+    if not fd_dir.is_dir():
+        pytest.skip("needs /proc/self/fd")
+    store = leasecron.open_store(_url(db))
+    try:
+        slot = store.now_ms() - 1_000
+        store.claim(JOB, slot, runner="r0")
+        before = len(list(fd_dir.iterdir()))
+
+        def work(i: int) -> None:
+            store.runs(JOB)
+            assert store.claim(f"{JOB}-{i}", slot, runner=f"r{i}").won
+
+        for i in range(200):
+            thread = threading.Thread(target=work, args=(i,))
+            thread.start()
+            thread.join()
+        after = len(list(fd_dir.iterdir()))
+        assert after - before < 20, (before, after)
+        assert len(store.jobs()) == 201
+    finally:
+        store.close()
+
+
 # -- several processes on a fresh file ----------------------------------------------------------------
 
 
