@@ -1,0 +1,31 @@
+"""Every example block of the README is a file the test suite runs, character for character."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.docs.readme_examples import README, ROOT, readme_examples
+
+
+def test_marked_blocks_are_parsed() -> None:
+    """The parser finds a marked block, its language line and options skipped, and refuses a marker without one."""
+    text = ".. example: a.py\n\n.. code-block:: python\n   :caption: x\n\n    x = 1\n\n    y = 2\n\nprose\n"
+    assert readme_examples(text) == {"a.py": "x = 1\n\ny = 2\n"}
+    with pytest.raises(ValueError, match="not followed by a code block"):
+        readme_examples(".. example: b.py\n\nprose\n")
+
+
+EXAMPLES = readme_examples(README.read_text(encoding="utf-8"))
+
+
+def test_the_readme_shows_examples() -> None:
+    """The README has marked examples at all (a broken marker syntax must not make the next test vacuous)."""
+    assert "examples/quickstart.py" in EXAMPLES, sorted(EXAMPLES)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES))
+def test_readme_block_is_the_file_the_tests_run(path: str) -> None:
+    """The README block equals the example file (which another test runs)."""
+    file = ROOT / path
+    assert file.is_file(), f"README shows {path}, which does not exist"
+    assert EXAMPLES[path] == file.read_text(encoding="utf-8"), f"README block differs from {path}"
