@@ -534,9 +534,12 @@ def redis_namespace(url: str, names: List[str]) -> Iterator[Tuple[str, Store, st
 
 
 @contextmanager
-def postgres_namespace(url: str, names: List[str]) -> Iterator[Tuple[str, Store, str]]:
-    """A schema of the benchmark's own (dropped at the end), or the jobs' rows in a given one."""
-    with postgres_bench_store(url, name="firelag", jobs=names) as (store, owned):
+def postgres_namespace(url: str, names: List[str], name: str = "firelag") -> Iterator[Tuple[str, Store, str]]:
+    """A schema of the benchmark's own (dropped at the end), or the jobs' rows in a given one.
+
+    Yields the URL the instances open, the parent's store, and a note saying which.
+    """
+    with postgres_bench_store(url, name=name, jobs=names) as (store, owned):
         store.now_ms()  # creates the store's tables and functions before the instances start
         what = "created and dropped by the benchmark" if owned else "its jobs' rows deleted at the end"
         instance_url = with_option(url, "schema", store.schema) if "schema" not in url_options(url) else url

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
-from fire_lag import sqlite_namespace
-from store_ops import postgres_bench_store, url_options, with_option
+from fire_lag import postgres_namespace, sqlite_namespace
+from store_ops import url_options
 
 from leasecron import Store
 
@@ -142,9 +142,8 @@ def open_systems(stack: ExitStack, tmp: str, pg: str) -> Tuple[List[System], Dic
         made["pg_skipped"] = why
         return systems, made
     say(f"PostgreSQL: a schema of the benchmark's own at {urlsplit(pg).netloc}")
-    pg_store, owned = stack.enter_context(postgres_bench_store(pg, name="peers", jobs=[LEASECRON_JOB]))
-    pg_store.now_ms()  # creates the store's tables and functions before the processes start
-    pg_url = pg if "schema" in url_options(pg) else with_option(pg, "schema", pg_store.schema)
+    pg_url, pg_store, _ = stack.enter_context(postgres_namespace(pg, [LEASECRON_JOB], name="peers"))
+    owned = "schema" not in url_options(pg)
     aps_pg = sqlalchemy_pg_url(pg, f"leasecron-peers-aps-{os.getpid()}")
     pg_table = stack.enter_context(aps_table(aps_pg, pg_store.schema))
     made["aps_tables"].append(f"{pg_store.schema}.{pg_table}")
