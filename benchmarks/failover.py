@@ -96,7 +96,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import leasecron
@@ -221,7 +221,7 @@ def wrap_unfinished(store: Store, after_first: Callable[[], None]) -> None:
             after_first()
         return runs
 
-    setattr(store, "unfinished", unfinished)
+    store.unfinished = unfinished  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +353,9 @@ class Fleet:
         for ev in ("ready", "recovered"):
             wanted = line_of(ev, inst.name)
             gone = line_of("eof", inst.name)
-            line = self.wait(lambda line: wanted(line) or gone(line), timeout, f"{ev} of {inst.name}")
+            line = self.wait(
+                lambda line, wanted=wanted, gone=gone: wanted(line) or gone(line), timeout, f"{ev} of {inst.name}"
+            )
             if line["ev"] == "eof":
                 inst.proc.wait(10)
                 raise RoundFailed(
@@ -419,7 +421,8 @@ class Sample:
     taker_attempt: Optional[int] = None
     taker_reason: Optional[str] = None
     delay_ms: Optional[float] = None  # signal -> the next attempt's handler starts (monotonic)
-    inner_ms: Optional[float] = None  # kill: last heartbeat -> takeover claim (store clock); term: abort -> next handler
+    # kill: last heartbeat -> takeover claim (store clock); term: abort -> next handler
+    inner_ms: Optional[float] = None
     note: str = ""
 
 
@@ -433,7 +436,7 @@ def live_run(fleet: Fleet, store: Store, timeout: float) -> Tuple[Run, Instance]
             if inst is None or not run.lease_alive(now):
                 continue
             started = fleet.find(
-                lambda line: line["ev"] == "handler-start"
+                lambda line, run=run: line["ev"] == "handler-start"
                 and line["runner"] == run.runner
                 and line["slot_ms"] == run.slot_ms
                 and line["attempt"] == run.attempt
@@ -484,7 +487,9 @@ def one_round(fleet: Fleet, store: Store, action: str, rng: random.Random) -> Sa
         else:
             sent = victim.send(signal.SIGTERM)
             aborted = fleet.wait(
-                lambda line: line["ev"] == "aborted" and line["runner"] == victim.name and line["attempt"] == run.attempt,
+                lambda line: line["ev"] == "aborted"
+                and line["runner"] == victim.name
+                and line["attempt"] == run.attempt,
                 timeout=5,
                 what=f"abort of {victim.name}'s handler",
             )
@@ -656,7 +661,10 @@ def closing_store(url: str) -> Iterator[Store]:
 
 def delete_sqlite_rows(store: Store, job: str) -> None:
     """Delete the runs of ``job`` from a SQLite store's file (a file the benchmark did not make)."""
-    path, table = getattr(store, "path"), getattr(store, "table")
+    from leasecron.stores.sqlite import SQLiteStore
+
+    backend = cast(SQLiteStore, store)
+    path, table = backend.path, backend.table
     conn = sqlite3.connect(path, timeout=10)
     try:
         with conn:
@@ -668,13 +676,14 @@ def delete_sqlite_rows(store: Store, job: str) -> None:
 @contextmanager
 def redis_store(url: str, job: str) -> Iterator[Tuple[str, Store, str]]:
     """A Redis/Valkey store on ``url`` (with a fresh prefix unless one is given); deletes the job's keys on exit."""
-    from leasecron.stores.redis import job_keys
+    from leasecron.stores.redis import RedisStore, job_keys
 
     own_prefix = "prefix" not in url_options(url)
     if own_prefix:
         url = with_option(url, "prefix", REDIS_PREFIX.format(pid=os.getpid()))
     with closing_store(url) as store:
-        client, prefix = getattr(store, "client"), getattr(store, "prefix")
+        backend = cast(RedisStore, store)
+        client, prefix = backend.client, backend.prefix
         keys = list(job_keys(prefix, job))
         if own_prefix and client.exists(f"{prefix}:jobs"):
             raise SystemExit(f"the key prefix {prefix} is in use (left by a killed run?); pass ?prefix=...")
@@ -708,13 +717,16 @@ def postgres_store(url: str, job: str) -> Iterator[Tuple[str, Store, str]]:
     """
     import psycopg2
 
+    from leasecron.stores.postgres import PostgresStore
+
     options = url_options(url)
     if "schema" not in options:
         url = with_option(url, "schema", PG_SCHEMA.format(pid=os.getpid()))
     if "application_name" not in options:  # pg_stat_activity then says whose sessions these are
         url = with_option(url, "application_name", f"leasecron-failover-{os.getpid()}")
     with closing_store(url) as store:  # checks the schema and table names; connects on first use
-        schema, table = getattr(store, "schema"), getattr(store, "table")
+        backend = cast(PostgresStore, store)
+        schema, table = backend.schema, backend.table
         admin = psycopg2.connect(admin_dsn(url))
         admin.autocommit = True
         owned = False

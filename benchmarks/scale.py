@@ -243,7 +243,7 @@ def count_unfinished(store: Store) -> Callable[[], int]:
             done[0] += 1
         return runs
 
-    setattr(store, "unfinished", unfinished)
+    store.unfinished = unfinished  # type: ignore[method-assign]
     return lambda: done[0]
 
 
@@ -268,12 +268,12 @@ def run_config(args: argparse.Namespace) -> Result:
     registered = proc_status()
 
     original_timers = leasecron.engine.Timers
-    setattr(leasecron.engine, "Timers", CountingTimers)
+    leasecron.engine.Timers = CountingTimers  # type: ignore[attr-defined]
     try:
         t0 = time.perf_counter()
         cron.start()
     finally:
-        setattr(leasecron.engine, "Timers", original_timers)
+        leasecron.engine.Timers = original_timers  # type: ignore[attr-defined]
     timers = CountingTimers.latest
     assert timers is not None, "the engine did not build the counting timers"
     total = n + args.due

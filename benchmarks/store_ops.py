@@ -197,7 +197,9 @@ def bare_round_trip(store: Store) -> Iterator[Callable[[int], object]]:
         def op(i: int) -> None:
             conn = getattr(local, "conn", None)
             if conn is None:
-                conn = local.conn = sqlite3.connect(store.path, isolation_level=None, timeout=30, check_same_thread=False)
+                conn = local.conn = sqlite3.connect(
+                    store.path, isolation_level=None, timeout=30, check_same_thread=False
+                )
                 conn.execute("PRAGMA synchronous = NORMAL")
                 opened.append(conn)
             conn.execute("BEGIN IMMEDIATE")
@@ -349,7 +351,9 @@ def with_option(url: str, key: str, value: str) -> str:
 
 
 @contextmanager
-def postgres_bench_store(url: str, name: str = "bench", jobs: Sequence[str] = ()) -> Iterator[Tuple[PostgresStore, bool]]:
+def postgres_bench_store(
+    url: str, name: str = "bench", jobs: Sequence[str] = ()
+) -> Iterator[Tuple[PostgresStore, bool]]:
     """A PostgresStore for ``url`` and whether its schema is the benchmark's own.
 
     Without ``schema=`` in ``url``: a fresh schema ``leasecron_<name>_<pid>``,

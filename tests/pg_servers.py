@@ -77,7 +77,9 @@ def _server_os_user() -> Optional[Any]:
         return pwd.getpwnam(USER_AS_ROOT)
     except (OSError, KeyError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", None) or exc
-        raise RuntimeError(f"PostgreSQL cannot run as root, and creating user {USER_AS_ROOT!r} failed: {detail}") from exc
+        raise RuntimeError(
+            f"PostgreSQL cannot run as root, and creating user {USER_AS_ROOT!r} failed: {detail}"
+        ) from exc
 
 
 def _make_traversable(path: Path) -> None:
@@ -189,7 +191,8 @@ class PgServer(ServerProcess):
             timeout=START_TIMEOUT, **self._run_as(),
         )  # fmt: skip
         if done.returncode != 0:
-            raise RuntimeError(f"initdb of {self.data} failed ({done.returncode}):\n{done.stdout.decode(errors='replace')}")
+            output = done.stdout.decode(errors="replace")
+            raise RuntimeError(f"initdb of {self.data} failed ({done.returncode}):\n{output}")
 
     def _command(self) -> List[str]:
         settings = {

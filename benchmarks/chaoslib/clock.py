@@ -29,7 +29,10 @@ from typing import Dict, Optional
 
 __all__ = ["SteppableClock", "find_libfaketime", "skew_env"]
 
-_DEBIAN = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1")
+_DEBIAN = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+)
 _checked: Dict[str, bool] = {}
 
 

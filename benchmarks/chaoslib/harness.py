@@ -150,7 +150,8 @@ class WorkerProcess:
         if self.skew is not None:
             cmd += ["--skew-ms", str(self.skew[0])]
             env.update(self.skew[1])
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCHMARKS)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        inherited = [p for p in [os.environ.get("PYTHONPATH")] if p]
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCHMARKS)] + inherited)
         with open(self.stderr_path, "ab") as err:
             err.write(f"--- incarnation {self.incarnations} ---\n".encode())
             err.flush()
@@ -510,7 +511,8 @@ def format_summary(summary: Dict[str, Any]) -> str:
         f" store restarts {summary['store_restarts']}, store clock steps {summary['clock_steps']}"
         + "".join(f", {k} {v}" for k, v in sorted(summary["nemesis"].items()) if k.startswith("store-restart")
                   and k != "store-restart"),  # fmt: skip
-        f"instance incarnations: {summary['incarnations']}; skewed instance clocks (ms): {summary['skews_ms'] or 'none'}",
+        f"instance incarnations: {summary['incarnations']};"
+        f" skewed instance clocks (ms): {summary['skews_ms'] or 'none'}",
         "violations per invariant: " + (", ".join(f"{k} {v}" for k, v in summary["violations"].items() if v) or "none"),
     ]
     for name in ("takeover_ms", "handover_ms"):

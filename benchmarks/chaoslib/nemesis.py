@@ -383,7 +383,7 @@ class Nemesis(threading.Thread):
                 if now >= self.quiet_at and not self._pending:
                     return
                 if next_action <= now < self.quiet_at:
-                    self._guarded("an action", lambda: self._act(now))
+                    self._guarded("an action", lambda now=now: self._act(now))
                     next_action = time.monotonic() + self.rng.uniform(1.0, 3.0)
                 wake = min([p[0] for p in self._pending[:1]] + [next_action if now < self.quiet_at else self.quiet_at])
                 self._halt.wait(max(0.0, min(wake - time.monotonic(), 0.5)))

@@ -389,7 +389,7 @@ class FaultyProxy:
         """Read from a socket unless its direction saw EOF or is full; write while a send is pending."""
         if conn.closed:
             return
-        for source, destination, direction in conn.pairs():
+        for source, _destination, direction in conn.pairs():
             if source is conn.upstream and not conn.connected:
                 continue
             mask = 0

@@ -124,7 +124,9 @@ class _Pool:
                     raise StoreError("the PostgreSQL store is closed")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StoreUnavailable(f"no free PostgreSQL connection within {POOL_WAIT_S} s (pool of {self._size})")
+                    raise StoreUnavailable(
+                        f"no free PostgreSQL connection within {POOL_WAIT_S} s (pool of {self._size})"
+                    )
                 self._cond.wait(left)
             if self._closed:
                 raise StoreError("the PostgreSQL store is closed")

@@ -118,7 +118,9 @@ def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
             reason=_stored_text(fields["reason"], "reason"),
             error=None if fields.get("error") is None else _stored_text(fields["error"], "error"),
             started_ms=_stored_int(fields["started_ms"], "started_ms"),
-            finished_ms=None if fields.get("finished_ms") is None else _stored_int(fields["finished_ms"], "finished_ms"),
+            finished_ms=(
+                None if fields.get("finished_ms") is None else _stored_int(fields["finished_ms"], "finished_ms")
+            ),
         )
         if record.status not in STATUSES:
             raise ValueError(f"status is {shown(record.status)}, not one of {', '.join(STATUSES)}")

@@ -253,5 +253,6 @@ def test_callbacks_that_raise_on_every_event_change_nothing(
     assert stored(cron.store, "job", success.slot_ms or 0).status == "success"
     assert cron.running
     # "leasecron: <event> callback <callback> failed (ignored)", with the traceback of what it raised
-    broke = {m.group(1) for r in caplog.records if (m := re.match(r"leasecron: (\w+) callback .* failed", r.getMessage()))}
+    pattern = re.compile(r"leasecron: (\w+) callback .* failed")
+    broke = {m.group(1) for r in caplog.records if (m := pattern.match(r.getMessage()))}
     assert {"start", "lost", "failed", "success"} <= broke, broke

@@ -53,7 +53,9 @@ def _timeout_option(backend: Backend, seconds: float) -> str:
 
 
 @pytest.fixture(params=SERVER_BACKENDS)
-def proxied(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tuple[Backend, FaultyProxy, Callable[..., str]]]:
+def proxied(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Tuple[Backend, FaultyProxy, Callable[..., str]]]:
     """A server backend, a proxy in front of its server, and ``url(timeout_s)`` through the proxy."""
     backend = BACKENDS[request.param](tmp_path)
     host, port = _target(backend)
@@ -72,7 +74,9 @@ def proxied(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tuple[Ba
 
 
 @pytest.mark.parametrize("fault", ["blackhole", "stall"])
-def test_a_store_call_gives_up_by_its_timeout(proxied: Tuple[Backend, FaultyProxy, Callable[..., str]], fault: str) -> None:
+def test_a_store_call_gives_up_by_its_timeout(
+    proxied: Tuple[Backend, FaultyProxy, Callable[..., str]], fault: str
+) -> None:
     """Every operation on a connection that stops answering raises StoreUnavailable by the
     call's timeout, and the store works again once the network does."""
     backend, proxy, url = proxied
@@ -178,7 +182,9 @@ def test_a_runner_cut_off_from_its_store_self_fences_and_comes_back(
         assert b_starts[0][2] >= at - 0.02, f"B started {at - b_starts[0][2]:.3f} s before A was aborted"
         healed = time.monotonic()
         proxy.unstall()
-        wait_for(lambda: any(t > healed for t in probes), 10, message="A never ran its probe job after the network healed")
+        wait_for(
+            lambda: any(t > healed for t in probes), 10, message="A never ran its probe job after the network healed"
+        )
     finally:
         proxy.unstall()
         b.stop()

@@ -94,7 +94,9 @@ class Calls:
             self.returned.append(ctx)
 
     def wait(self, count: int = 1, timeout: float = 5.0) -> List[Context]:
-        wait_for(lambda: len(self.contexts) >= count, timeout, message=f"handler not called {count} time(s) in {timeout} s")
+        wait_for(
+            lambda: len(self.contexts) >= count, timeout, message=f"handler not called {count} time(s) in {timeout} s"
+        )
         with self._lock:
             return list(self.contexts)
 

@@ -49,7 +49,7 @@ def test_unfinished_run_with_a_live_lease_makes_the_starting_instance_its_backup
 
 
 def test_expired_unfinished_run_that_is_still_the_latest_is_claimed_at_once(make_cron: MakeCron) -> None:
-    """Catch-up step 1: an expired unfinished run that is still the latest is claimed at once as attempt 2 ("takeover")."""
+    """Catch-up step 1: an expired unfinished run, still the latest, is claimed at once as attempt 2 ("takeover")."""
     b = make_cron("b", lease_ms=3_000, heartbeat_ms=1_000, catch_up_ms=CATCH_UP_HOUR)
     rec = Recorder(b)
     b.add_job(lambda: None, HOURLY, name="job")

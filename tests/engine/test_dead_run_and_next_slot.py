@@ -29,7 +29,7 @@ def _dead_until(store: Store, slot: int, lease_end: int) -> None:
 def test_next_slot_due_while_the_dead_lease_is_alive_is_skipped_then_a_backup_takes_over(
     make_cron: MakeCron,
 ) -> None:
-    """Order (a): next slot due while the dead lease lives is skipped (overlap); later a backup takes the old run over."""
+    """Order (a): the next slot, due while the dead lease lives, is skipped (overlap); then a backup takes over."""
     heartbeat = 100
     b = make_cron("b", catch_up_ms=0, lease_ms=500, heartbeat_ms=heartbeat)
     rec = Recorder(b)
@@ -48,7 +48,7 @@ def test_next_slot_due_while_the_dead_lease_is_alive_is_skipped_then_a_backup_ta
 
 
 def test_backup_check_first_takes_over_and_the_next_slot_is_skipped(make_cron: MakeCron, gates: Gates) -> None:
-    """Order (b): the backup's check comes first and takes over; the next slot, due while it runs, is skipped (overlap)."""
+    """Order (b): the backup's check comes first and takes over; the next slot, due meanwhile, is skipped (overlap)."""
     heartbeat = 100
     hold = gates()
     target: Dict[str, int] = {}

@@ -15,7 +15,7 @@ MARGIN = 150
 
 
 def test_skip_refuses_the_next_slot_and_watches_both_runs(make_cron: MakeCron, gates: Gates) -> None:
-    """Overlap "skip": the next slot is skipped (overlap) while a run lives; the skipper takes that run over when it dies."""
+    """Overlap "skip": the next slot is skipped while a run lives; the skipper takes that run over when it dies."""
     lease, heartbeat = 300, 50
     keep_running = gates()
     options = dict(lease_ms=lease, heartbeat_ms=heartbeat, catch_up_ms=0, stop_timeout_ms=0)

@@ -184,11 +184,11 @@ def test_terminated_sessions_do_not_end_the_run(monkeypatch: pytest.MonkeyPatch)
                 terminated_at = live.now_ms()
                 # a renewal sent after the termination: lease_end = (its server time) + lease
                 wait_for(
-                    lambda: live.stored().lease_end_ms >= terminated_at + lease,
+                    lambda terminated_at=terminated_at: live.stored().lease_end_ms >= terminated_at + lease,
                     lease / 1000,
                     message="no renewal after the sessions were terminated",
                 )
-                wait_for(lambda: _pids(admin, app) - killed, 2, message="no new connection")
+                wait_for(lambda killed=killed: _pids(admin, app) - killed, 2, message="no new connection")
                 assert live.seen.of("lost") == []
             _finishes_as_attempt_1(live)
     finally:

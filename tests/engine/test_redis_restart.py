@@ -67,7 +67,8 @@ def make_server(kind: str, tmp_path: Path) -> Iterator[Callable[[bool], servers.
     made: List[servers.Server] = []
 
     def make(appendonly: bool) -> servers.Server:
-        server = servers.Server(str(servers.server_binary(kind)), tmp_path / f"{kind}-{len(made)}", appendonly=appendonly)
+        binary = str(servers.server_binary(kind))
+        server = servers.Server(binary, tmp_path / f"{kind}-{len(made)}", appendonly=appendonly)
         made.append(server)
         server.start()
         return server

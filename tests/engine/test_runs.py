@@ -26,7 +26,7 @@ LEASE, HEARTBEAT = 500, 100
 
 
 def test_handler_gets_the_context_of_its_run(make_cron: MakeCron) -> None:
-    """The handler gets its Context: job, slot == slot_ms (UTC), attempt, token == stored token, runner, reason, signal."""
+    """The handler gets its Context: job, slot == slot_ms (UTC), attempt, the stored token, runner, reason, signal."""
     cron = make_cron("ctx-runner", catch_up_ms=0)
     calls = Calls()
     seen = {}

@@ -440,7 +440,7 @@ def test_takeover_of_expired_lease_wins_next_attempt(store: Store) -> None:
 
 @pytest.mark.parametrize("max_attempts", [1, 3])
 def test_max_attempts_ends_a_run_whose_runners_keep_dying(store: Store, max_attempts: int) -> None:
-    """After max_attempts attempts ended by dead runners, the next takeover claim answers done and interrupts the run."""
+    """After max_attempts attempts ended by dead runners, the next takeover claim answers done, interrupting the run."""
     slot = recent(store)
     run = win(store, slot, lease_ms=SHORT, max_attempts=max_attempts)
     for attempt in range(2, max_attempts + 1):
@@ -737,7 +737,7 @@ def test_unfinished_lists_running_runs_oldest_slot_first(store: Store) -> None:
     assert store.finish(JOB, runs[1].slot_ms, runs[1].token, "success")
     assert store.finish(JOB, runs[3].slot_ms, runs[3].token, "failed", error="x")
     unfinished = store.unfinished(JOB)
-    assert [(r.slot_ms, r.token) for r in unfinished] == [(runs[0].slot_ms, runs[0].token), (runs[2].slot_ms, runs[2].token)]
+    assert [(r.slot_ms, r.token) for r in unfinished] == [(r.slot_ms, r.token) for r in (runs[0], runs[2])]
     assert all(r.job == JOB and r.status == "running" for r in unfinished)
     assert store.unfinished("no-such-job") == []
 

@@ -63,7 +63,9 @@ def test_unknown_scheme_raises_config_error_listing_known_schemes(url: str) -> N
     assert "memory://" in message and "sqlite://" in message
 
 
-@pytest.mark.parametrize("value", ["leasecron.db", "/var/lib/leasecron.db", "", "memory", "sqlite:relative.db", None, 42])
+@pytest.mark.parametrize(
+    "value", ["leasecron.db", "/var/lib/leasecron.db", "", "memory", "sqlite:relative.db", None, 42]
+)
 def test_non_url_raises_config_error_listing_known_schemes(value: Any) -> None:
     """A value that is not a scheme://... URL raises ConfigError listing the known schemes."""
     with pytest.raises(ConfigError) as info:

@@ -202,7 +202,8 @@ def test_password_never_shows_in_repr_or_errors(schema: str, opened: Callable[..
     secret = "s3cret_pw_" + uuid.uuid4().hex[:6]
     user = _query("SELECT current_user")[0][0]
     url_store = opened(f"postgresql://{user}:{secret}@{host}:{port}/{dbname}?schema={schema}")
-    dsn_store = opened(PostgresStore(f"host={host} port={port} dbname={dbname} user={user} password={secret}", schema=schema))
+    dsn = f"host={host} port={port} dbname={dbname} user={user} password={secret}"
+    dsn_store = opened(PostgresStore(dsn, schema=schema))
     for store in (url_store, dsn_store):
         assert secret not in repr(store) and secret not in str(store)
         assert "***" in repr(store)
@@ -215,8 +216,11 @@ def test_password_never_shows_in_repr_or_errors(schema: str, opened: Callable[..
 
 @pytest.mark.parametrize(
     "form",
-    ["host={host} port={port} dbname={db} password='x {secret}'", "host={host} port={port} dbname={db} password = {secret}",
-     "postgresql://{host}:{port}/{db}?password={secret}"],
+    [
+        "host={host} port={port} dbname={db} password='x {secret}'",
+        "host={host} port={port} dbname={db} password = {secret}",
+        "postgresql://{host}:{port}/{db}?password={secret}",
+    ],
     ids=["quoted-with-space", "spaces-around-equals", "url-query"],
 )  # fmt: skip
 def test_password_in_other_valid_dsn_forms_never_shows_in_repr(form: str, opened: Callable[..., Any]) -> None:

@@ -83,7 +83,7 @@ def test_racing_new_claims_have_exactly_one_winner(backend: Any, shared_handle: 
         slot = base + round_ * 1_000
         results = _race(
             [
-                (lambda h=h, i=i: h.claim(JOB, slot, runner=f"t{i}", lease_ms=LONG))
+                (lambda h=h, i=i, slot=slot: h.claim(JOB, slot, runner=f"t{i}", lease_ms=LONG))
                 for i, h in enumerate(handles)
             ]
         )
@@ -194,7 +194,7 @@ def test_racing_processes_new_claim_has_exactly_one_winner(process_backend: Any)
 
 @pytest.mark.processes
 def test_racing_processes_takeover_has_exactly_one_winner(process_backend: Any) -> None:
-    """4 OS processes taking over the same expired run at once: exactly one wins attempt 2, the others are told running."""
+    """4 OS processes taking over one expired run at once: exactly one wins attempt 2, the others are told running."""
     store = process_backend.open()
     slot = store.now_ms() - 1_000
     first = store.claim(JOB, slot, runner="dead", lease_ms=SHORT)

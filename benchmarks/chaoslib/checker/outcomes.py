@@ -138,5 +138,6 @@ def check_max_attempts(slot: Slot, max_attempts: int, inv: InvariantResult) -> N
     by_death = max(numbers) - released
     if by_death > max_attempts:
         inv.fail(
-            f"{slot.label()}: {max(numbers)} attempts, {released} released: {by_death} started by dead runners > {max_attempts}"
+            f"{slot.label()}: {max(numbers)} attempts, {released} released:"
+            f" {by_death} started by dead runners > {max_attempts}"
         )

@@ -101,7 +101,8 @@ def check_one_finish(slot: Slot, inv: InvariantResult) -> None:
                 else f"record #{rec.get('attempt')} {rec.get('status')} token {rec.get('token')}"
             )
             inv.fail(
-                f"{slot.label()}: finish of #{c.get('attempt')} ({c.get('runner')}) {c.get('status')} accepted, but {held}"
+                f"{slot.label()}: finish of #{c.get('attempt')} ({c.get('runner')}) {c.get('status')}"
+                f" accepted, but {held}"
             )
 
 
@@ -194,7 +195,8 @@ def _check_lost(
         inv.skipped += 1
     elif older.lost is None:
         inv.fail(
-            f"{older.label()} ran on after {newer.label()} began ({fmt_ms(first - newer_start)} later) and never logged lost"
+            f"{older.label()} ran on after {newer.label()} began ({fmt_ms(first - newer_start)} later)"
+            " and never logged lost"
         )
     elif older.lost["mono_ns"] - origin > bound_ns:
         inv.fail(

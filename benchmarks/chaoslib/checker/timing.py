@@ -92,7 +92,8 @@ def check_not_late(model: Model, config: Config, inv: InvariantResult) -> None:
         late_ms = sent_wall_ms - att.slot_ms
         if late_ms > allowed + config.margin_ms:
             inv.fail(
-                f"{att.label()} won by a {won.get('reason')} claim sent {late_ms:.0f} ms after its slot (allowed {allowed} ms)"
+                f"{att.label()} won by a {won.get('reason')} claim sent {late_ms:.0f} ms after its slot"
+                f" (allowed {allowed} ms)"
             )
 
 
@@ -214,5 +215,6 @@ def check_delays(model: Model, action: str, delays: Delays, inv: InvariantResult
                     delays.excused += 1
                 else:
                     inv.fail(
-                        f"{att.label()}: {action} -> {nxt.label()} began after {fmt_ms(delay)} (bound {delays.bound_ms:.0f} ms)"
+                        f"{att.label()}: {action} -> {nxt.label()} began after {fmt_ms(delay)}"
+                        f" (bound {delays.bound_ms:.0f} ms)"
                     )
