@@ -12,6 +12,7 @@ import atexit
 import os
 import socket
 import threading
+import time
 import weakref
 from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Type, Union
@@ -31,6 +32,8 @@ from .stores.base import MAX_INT, check_text
 __all__ = ["LeaseCron", "default_runner"]
 
 _INSTANCES: "weakref.WeakSet[LeaseCron]" = weakref.WeakSet()
+#: How often run_forever() looks for a signal, in seconds.
+SIGNAL_POLL_S = 0.05
 
 
 def default_runner() -> str:
@@ -165,7 +168,7 @@ class LeaseCron:
             engine = self._engine = Engine(self.store, self.runner, self._emitter, self.clock, self._claim_threads)
             jobs = list(self._jobs.values())
         atexit.register(self._at_exit)
-        log.info("leasecron: %s starting with %d job(s) on %r", self.runner, len(jobs), self.store)
+        log.info("leasecron: starting runner %r: %d job(s) on %r", self.runner, len(jobs), self.store)
         engine.start(jobs)
 
     def stop(self, timeout: Optional[float] = None) -> None:
@@ -192,25 +195,32 @@ class LeaseCron:
         A second signal while stopping stops at once (live handlers are
         abandoned). Off the main thread no handler is installed: it blocks
         until another thread calls :meth:`stop`.
+
+        The signal handler only appends to a list: it runs in the main thread
+        between two bytecodes, where that thread may hold any lock (an
+        ``Event``'s inside ``wait()``), so it takes none and logs nothing.
+        The main thread polls the list and runs :meth:`stop` in a thread of
+        its own, so that it stays free to see a second signal.
         """
-        requested = threading.Event()
-
-        def on_signal(signum: int) -> None:
-            engine = self._engine
-            if requested.is_set():
-                log.warning("leasecron: second signal %d: stopping now", signum)
-                if engine is not None:
-                    engine.cold.set()
-            else:
-                log.info("leasecron: signal %d: stopping", signum)
-            requested.set()
-
+        signals: List[int] = []
         self.start()
-        with handle_signals(on_signal):
-            while not requested.wait(0.2):
+        engine = self._engine
+        with handle_signals(signals.append):
+            while not signals:
                 if not self.running:
                     return
-            self.stop()
+                time.sleep(SIGNAL_POLL_S)
+            log.info("leasecron: stopping runner %r: signal %d", self.runner, signals[0])
+            stopper = threading.Thread(target=self.stop, name="leasecron-stop", daemon=True)
+            stopper.start()
+            cold = False
+            while stopper.is_alive():
+                if len(signals) > 1 and not cold:
+                    cold = True
+                    log.warning("leasecron: stopping now runner %r: second signal %d", self.runner, signals[1])
+                    if engine is not None:
+                        engine.cold.set()
+                stopper.join(SIGNAL_POLL_S)
 
     def __enter__(self) -> "LeaseCron":
         self.start()
@@ -223,11 +233,20 @@ class LeaseCron:
 
     def _at_exit(self) -> None:
         if self.running:
-            log.info("leasecron: interpreter exiting: stopping %s", self.runner)
+            log.info("leasecron: stopping runner %r: the interpreter exits", self.runner)
             self.stop()
 
     def _after_fork_in_child(self) -> None:
+        """The fork rule: a copy forked from a running instance is stopped, and says so.
+
+        The parent's threads and leases do not exist in the child, so the copy
+        holds none (``running`` is False) and runs jobs only once ``start()``
+        is called in the child. It is never restarted on its own: the child
+        may be a ``multiprocessing`` worker or a gunicorn master, where no job
+        should run. A warning names the copy, so it is never silently dead.
+        """
         was_started = self._engine is not None
+        parent_runner = self.runner
         self._engine = None  # the parent's threads and leases do not exist here
         self._lock = threading.RLock()
         self.clock = StoreClock(self.store)
@@ -236,8 +255,12 @@ class LeaseCron:
         self._emitter.after_fork(self.runner)
         if was_started:
             log.warning(
-                "leasecron: this process was forked from one running LeaseCron; this copy holds no"
-                " threads and no leases: call start() to run jobs in this process"
+                "leasecron: process %d was forked from process %d while LeaseCron %r ran there; the copy"
+                " in this process is stopped (no threads, no leases) and runs no job until start() is"
+                " called in this process (under gunicorn, leasecron.contrib.gunicorn's post_fork does)",
+                os.getpid(),
+                os.getppid(),
+                parent_runner,
             )
 
     def __repr__(self) -> str:

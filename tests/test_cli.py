@@ -1,34 +1,41 @@
-"""The ``leasecron`` command, run as real processes on real SQLite stores."""
+"""The ``leasecron`` command, run as real processes on real stores (SQLite and the servers), and
+the examples of plain scripts, systemd and Kubernetes that the README shows."""
 
 from __future__ import annotations
 
+import configparser
 import json
 import re
 import signal
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List, Optional
 
 import pytest
 
 import leasecron
+from leasecron.cli import commands
+from leasecron.cli.tables import utc_time
 from leasecron.stores import Store
 
+from .cli_support import EXAMPLES, Process, copy_example, environment, parse_table
+from .docs.readme_examples import README, readme_examples
 from .conftest import BACKENDS, Backend
 from .helpers import wait_for
 
 pytestmark = pytest.mark.processes
 
 
-
-def cli(*args: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path | None = None, timeout: float = 60, env: Optional[Dict[str, str]] = None,
+        ) -> subprocess.CompletedProcess:
     """Run ``python -m leasecron ARGS`` and capture its output."""
     return subprocess.run(
         [sys.executable, "-m", "leasecron", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
     )  # fmt: skip
 
 
@@ -36,13 +43,13 @@ def sqlite_url(tmp_path: Path, name: str = "cli.db") -> str:
     return f"sqlite:///{tmp_path / name}"
 
 
-def make_runs(store: Store) -> List[str]:
+def make_runs(store: Store) -> List[int]:
     """Runs of job "alpha" (success, failed with a long error, running) and a released one of "beta".
 
-    Returns the three alpha slots as the table prints them (UTC), oldest first.
+    Returns the three alpha slots (epoch ms), oldest first; beta's slot is the first of them.
     """
     base = (store.now_ms() // 60_000 - 5) * 60_000
-    kw = dict(max_late_ms=3_600_000, lease_ms=60_000)
+    kw: Any = dict(max_late_ms=3_600_000, lease_ms=60_000)
     for i, status in enumerate(("success", "failed")):
         run = store.claim("alpha", base + i * 60_000, runner=f"host-{i}", **kw).run
         error = "ValueError: " + "x" * 200 if status == "failed" else None
@@ -50,11 +57,17 @@ def make_runs(store: Store) -> List[str]:
     assert store.claim("alpha", base + 120_000, runner="host-2", **kw).won
     beta = store.claim("beta", base, runner="host-9", **kw).run
     assert store.release("beta", base, beta.token)
-    return [_utc(base + i * 60_000) for i in range(3)]
+    return [base + i * 60_000 for i in range(3)]
 
 
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S")
+#: A zone without daylight saving time, far from UTC: local times differ from UTC by 5:30 all year.
+LOCAL_ZONE = "Asia/Kolkata"
+
+
+def kolkata(ms: int) -> str:
+    """The local time the runs table shows for ``ms`` with ``TZ=Asia/Kolkata``."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc) + timedelta(hours=5, minutes=30)
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + " IST"
 
 
 def test_version() -> None:
@@ -73,29 +86,35 @@ def test_console_script_version() -> None:
     assert (result.returncode, result.stdout.strip()) == (0, f"leasecron {leasecron.__version__}")
 
 
-def test_runs_table(tmp_path: Path) -> None:
-    """`runs URL` prints every job's runs newest first, with lease left, hand-over and a cut error."""
-    store = leasecron.open_store(sqlite_url(tmp_path))
+# -- runs --------------------------------------------------------------------------------------
+
+
+def test_runs_table(process_backend: Backend) -> None:
+    """`runs URL` prints every job's runs grouped by job, newest first: the slot in local time and
+    UTC, attempt, runner, status, lease left, hand-over and a cut error; on every shared store."""
+    store = process_backend.open()
     first, second, third = make_runs(store)
-    store.close()
-    result = cli("runs", sqlite_url(tmp_path))
+    result = cli("runs", process_backend.url(), env=environment(tz=LOCAL_ZONE))
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0].split() == ["job", "slot", "(UTC)", "attempt", "runner", "status", "lease", "left",
-                                "handed", "over", "error"]  # fmt: skip
-    rows = [line.split() for line in lines[2:6]]
-    assert [(r[0], r[2], r[5]) for r in rows] == [
-        ("alpha", third, "running"),
-        ("alpha", second, "failed"),
-        ("alpha", first, "success"),
-        ("beta", first, "running"),
+    rows = parse_table(result.stdout)
+    assert list(rows[0]) == ["job", "slot (local)", "slot (UTC)", "attempt", "runner", "status", "lease left",
+                             "handed over", "error"]  # fmt: skip
+    cells = [(r["job"], r["slot (local)"], r["slot (UTC)"], r["attempt"], r["runner"], r["status"], r["handed over"])
+             for r in rows]  # fmt: skip
+    assert cells == [
+        ("alpha", kolkata(third), utc_time(third), "1", "host-2", "running", "no"),
+        ("alpha", kolkata(second), utc_time(second), "1", "host-1", "failed", "no"),
+        ("alpha", kolkata(first), utc_time(first), "1", "host-0", "success", "no"),
+        ("beta", kolkata(first), utc_time(first), "1", "host-9", "running", "yes"),
     ]
-    running = lines[2]
-    left = int(re.search(r"running\s+(\d+) ms", running).group(1))
-    assert 50_000 < left <= 60_000
-    assert "released" in lines[5] and lines[5].split()[-2:] == ["yes", "-"]
-    assert "ValueError: xxx" in lines[3] and lines[3].endswith("...") and "x" * 100 not in lines[3]
-    assert "4 run(s) of 2 job(s)" in result.stdout
+    left = re.fullmatch(r"(\d+\.\d) s", rows[0]["lease left"])
+    assert left and 40 < float(left.group(1)) <= 60, rows[0]["lease left"]
+    assert [r["lease left"] for r in rows[1:]] == ["-", "-", "released"]
+    error = rows[1]["error"]
+    assert error.startswith("ValueError: xxx") and error.endswith("...") and len(error) == 40
+    assert [r["error"] for r in rows if r is not rows[1]] == ["-", "-", "-"]
+    assert "4 run(s) of 2 job(s), newest slot first" in result.stdout
+    assert "local time is IST (UTC+05:30)" in result.stdout
 
 
 def test_runs_job_limit_and_json(tmp_path: Path) -> None:
@@ -106,19 +125,121 @@ def test_runs_job_limit_and_json(tmp_path: Path) -> None:
     store.close()
     table = cli("runs", sqlite_url(tmp_path), "--job", "alpha", "--limit", "2")
     assert table.returncode == 0, table.stderr
-    assert [line.split()[0] for line in table.stdout.splitlines()[2:4]] == ["alpha", "alpha"]
+    assert [row["job"] for row in parse_table(table.stdout)] == ["alpha", "alpha"]
     assert "beta" not in table.stdout and "2 run(s) of 1 job(s)" in table.stdout
     result = cli("runs", sqlite_url(tmp_path), "--job", "alpha", "--limit", "2", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data == expected
     assert [d["status"] for d in data] == ["running", "failed"]
+    assert set(data[0]) == {"job", "slot_ms", "slot", "attempt", "token", "runner", "status", "lease_end_ms",
+                            "handed_over", "reason", "error", "started_ms", "finished_ms"}  # fmt: skip
 
 
 def test_runs_empty_store(tmp_path: Path) -> None:
     """`runs` on a store without runs says so and exits 0; `--json` prints []."""
     assert "No runs" in cli("runs", sqlite_url(tmp_path)).stdout
     assert json.loads(cli("runs", sqlite_url(tmp_path), "--json").stdout) == []
+    bad = cli("runs", sqlite_url(tmp_path), "--limit", "0")
+    assert bad.returncode == 2 and "--limit must be at least 1" in bad.stderr
+
+
+# -- jobs --------------------------------------------------------------------------------------
+
+OPS_MODULE = """
+import os
+import leasecron
+
+cron = leasecron.LeaseCron(os.environ["LEASECRON_STORE"], runner="ops")
+
+
+@cron.job("0 0 1 1 *", name="alpha")
+def alpha():
+    pass
+
+
+@cron.job(90, name="tick")
+def tick():
+    pass
+"""
+
+
+@pytest.mark.parametrize("store_name", ["sqlite", "postgresql"])
+def test_jobs_last_run_and_next_slot(store_name: str, tmp_path: Path) -> None:
+    """`jobs URL` lists each job with stored runs: count and last run, next slot '-' with a footnote;
+    with `--app module:attr` (URL optional) each registered job's schedule and next slot too."""
+    backend = BACKENDS[store_name](tmp_path)
+    try:
+        store = backend.open()
+        first, second, third = make_runs(store)
+        env = environment(backend.url())
+        plain = cli("jobs", backend.url(), env=env)
+        assert plain.returncode == 0, plain.stderr
+        rows = {row["job"]: row for row in parse_table(plain.stdout)}
+        assert list(rows) == ["alpha", "beta"]
+        alpha = rows["alpha"]
+        assert (alpha["schedule"], alpha["runs"], alpha["last slot (UTC)"], alpha["status"], alpha["runner"],
+                alpha["finished"], alpha["next slot (UTC)"]) == ("-", "3", utc_time(third), "running", "host-2",
+                                                                 "(running)", "-")  # fmt: skip
+        assert rows["beta"]["runs"] == "1" and rows["beta"]["status"] == "running"
+        assert "the store holds no schedules" in plain.stdout and "--app module:attr" in plain.stdout
+
+        (tmp_path / "opsmod.py").write_text(textwrap.dedent(OPS_MODULE))
+        now = store.now_ms()
+        for args in (["jobs", backend.url(), "--app", "opsmod:cron"], ["jobs", "--app", "opsmod:cron"]):
+            result = cli(*args, cwd=tmp_path, env=env)
+            assert result.returncode == 0, result.stderr
+            rows = {row["job"]: row for row in parse_table(result.stdout)}
+            assert list(rows) == ["alpha", "beta", "tick"]
+            year = datetime.fromtimestamp(now / 1000, tz=timezone.utc).year + 1
+            assert (rows["alpha"]["schedule"], rows["alpha"]["next slot (UTC)"]) == (
+                "0 0 1 1 *", f"{year}-01-01 00:00:00")
+            assert (rows["beta"]["schedule"], rows["beta"]["next slot (UTC)"]) == ("(not in app)", "-")
+            tick = rows["tick"]
+            next_tick = (now // 90_000 + 1) * 90_000
+            assert (tick["schedule"], tick["runs"], tick["last slot (UTC)"]) == ("every 1m 30s", "0", "never")
+            assert tick["next slot (UTC)"] in (utc_time(next_tick), utc_time(next_tick + 90_000))
+            assert "the store holds no schedules" not in result.stdout
+
+        listed = json.loads(cli("jobs", "--app", "opsmod:cron", "--json", cwd=tmp_path, env=env).stdout)
+        assert [(j["job"], j["registered"], j["schedule"], j["stored_runs"]) for j in listed] == [
+            ("alpha", True, "0 0 1 1 *", 3), ("beta", False, None, 1), ("tick", True, "every 1m 30s", 0)]
+        assert listed[0]["last_run"] == store.get_run("alpha", third).to_dict()
+        assert listed[0]["next_slot"] == f"{year}-01-01T00:00:00+00:00" and listed[2]["last_run"] is None
+    finally:
+        backend.close()
+
+
+def test_jobs_of_a_flask_app_factory(tmp_path: Path) -> None:
+    """`jobs --app app:create_app()` finds the LeaseCron of the example Flask app (its factory called)."""
+    copy_example("flask/app.py", tmp_path)
+    result = cli("jobs", "--app", "app:create_app()", cwd=tmp_path, env=environment())
+    assert result.returncode == 0, result.stderr
+    [row] = parse_table(result.stdout)
+    assert (row["job"], row["schedule"], row["runs"]) == ("cleanup", "*/5 * * * *", "0")
+
+
+def test_jobs_needs_a_url_or_an_app(tmp_path: Path) -> None:
+    """`jobs` with neither a URL nor --app exits 2 with one line."""
+    result = cli("jobs", cwd=tmp_path)
+    assert result.returncode == 2 and "give a store URL, or --app" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_jobs_counts_at_most_count_cap_runs() -> None:
+    """A job with more stored runs than COUNT_CAP shows the cap with a '+' (JSON: stored_runs_capped)."""
+    store = leasecron.MemoryStore()
+    start = (store.now_ms() // 1000 - commands.COUNT_CAP - 5) * 1000
+    for i in range(commands.COUNT_CAP + 2):
+        run = store.claim("many", start + i * 1000, runner="r", max_late_ms=10**10, history_size=10**6).run
+        assert run is not None and store.finish("many", run.slot_ms, run.token, "success")
+    [row] = parse_table("\n".join(commands.jobs_output(store, None, as_json=False)))
+    assert row["runs"] == f"{commands.COUNT_CAP}+"
+    [data] = json.loads(commands.jobs_output(store, None, as_json=True)[0])
+    assert (data["stored_runs"], data["stored_runs_capped"]) == (commands.COUNT_CAP, True)
+
+
+# -- check -------------------------------------------------------------------------------------
 
 
 def test_check_sqlite(tmp_path: Path) -> None:
@@ -212,18 +333,190 @@ def test_run_module_until_sigterm(tmp_path: Path) -> None:
 
 
 def test_run_bad_targets(tmp_path: Path) -> None:
-    """`run` exits 2 with a clear message for a non-LeaseCron attribute, a missing module or attribute."""
-    (tmp_path / "tickmod.py").write_text(textwrap.dedent(MODULE))
+    """`run` exits 2 with one clear line for a target that is not module:attr, a missing module or
+    attribute, an object that is no LeaseCron, and a Flask app without the extension."""
+    flask_app = "\nfrom flask import Flask\nbare_app = Flask('bare')\n"
+    (tmp_path / "tickmod.py").write_text(textwrap.dedent(MODULE) + flask_app)
     cases = {
-        "tickmod:not_a_cron": "is a int, not a leasecron.LeaseCron",
-        "tickmod:nothing": "has no attribute 'nothing'",
-        "no_such_module:cron": "no such module",
+        "tickmod:not_a_cron": "tickmod:not_a_cron is a int, not a leasecron.LeaseCron",
+        "tickmod:nothing": "module 'tickmod' has no attribute 'nothing'",
+        "tickmod:not_a_cron()": "calls int 'not_a_cron', which is not callable",
+        "tickmod:bare_app": "tickmod:bare_app is an app without leasecron",
+        "no_such_module:cron": "cannot import 'no_such_module': no such module",
         "tickmod": "expected module:attr",
+        ":cron": "expected module:attr",
+        "tickmod:": "expected module:attr",
     }
     for target, message in cases.items():
         result = cli("run", target, cwd=tmp_path)
         assert result.returncode == 2, (target, result.stderr)
-        assert message in result.stderr and "Traceback" not in result.stderr, target
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("leasecron run: error: "), (target, result.stderr)
+        assert message in lines[0], (target, lines[0])
+
+
+# -- the plain-script example, under `leasecron run` and `python tasks.py` -------------------------
+
+#: The two ways to run examples/scripts/tasks.py that its docstring names.
+INVOCATIONS = {"leasecron-run": ["-m", "leasecron", "run", "tasks:cron"], "python-tasks": ["tasks.py"]}
+
+
+def start_tasks(how: str, store_name: str, tmp_path: Path) -> "tuple[Process, Store, Optional[Backend]]":
+    """examples/scripts/tasks.py, copied unchanged into tmp_path and run there, on its default
+    SQLite file or (``LEASECRON_STORE``) on a server backend; and a store handle on the same store."""
+    copy_example("scripts/tasks.py", tmp_path)
+    backend = BACKENDS[store_name](tmp_path) if store_name != "default" else None
+    env = environment(backend.url() if backend else None)
+    store = backend.open() if backend else leasecron.open_store(f"sqlite:///{tmp_path / 'leasecron.db'}")
+    return Process(INVOCATIONS[how], tmp_path, env), store, backend
+
+
+def running_report(proc: Process, store: Store) -> "tuple[leasecron.Run, int]":
+    """Wait until the example's handler logs its first batch; the run, and the index of that line."""
+    line = proc.wait_line(r"INFO tasks: report .*: batch 0, attempt 1", timeout=20)
+    [run] = wait_for(lambda: store.unfinished("report"), 5, message="the store shows no running report")
+    return run, line
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how, store_name", [("leasecron-run", "default"), ("python-tasks", "postgresql"),
+                                             ("leasecron-run", "redis")])  # fmt: skip
+def test_example_script_warm_stop_hands_the_run_over(how: str, store_name: str, tmp_path: Path) -> None:
+    """First SIGTERM while the example's handler runs: a warm stop. The handler's signal is aborted,
+    it raises Aborted at its next batch, the run is handed over (released: a backup may take it at
+    once), and the process exits 0."""
+    proc, store, backend = start_tasks(how, store_name, tmp_path)
+    try:
+        run, _ = running_report(proc, store)
+        assert (run.status, run.attempt, run.handed_over) == ("running", 1, False)
+        proc.signal(signal.SIGTERM)
+        assert proc.finish(timeout=20) == 0, proc.stderr()
+        after = store.get_run("report", run.slot_ms)
+        assert after is not None
+        assert (after.status, after.attempt, after.token, after.handed_over) == ("running", 1, run.token, True)
+        assert after.lease_end_ms <= store.now_ms(), "a handed-over run's lease ends at the release"
+        assert "Traceback" not in proc.stderr()
+    finally:
+        proc.kill()
+        if backend is not None:
+            backend.close()
+        else:
+            store.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("store_name", ["default", "valkey"])
+def test_example_script_second_sigterm_stops_at_once(store_name: str, tmp_path: Path) -> None:
+    """A second SIGTERM while the warm stop waits for the handler: a cold stop. The process exits at
+    once (the handler is mid-batch: 2 s of work it does not interrupt), leaving the run abandoned:
+    still running, not handed over, its lease left to run out for a backup."""
+    proc, store, backend = start_tasks("leasecron-run", store_name, tmp_path)
+    try:
+        run, line = running_report(proc, store)
+        proc.signal(signal.SIGTERM)
+        proc.wait_line(r"stopping", timeout=5, after=line)  # the first signal is being handled
+        sent = time.monotonic()
+        proc.signal(signal.SIGTERM)
+        assert proc.finish(timeout=20) == 0, proc.stderr()
+        took = time.monotonic() - sent
+        after = store.get_run("report", run.slot_ms)
+        assert after is not None
+        assert (after.status, after.token, after.handed_over) == ("running", run.token, False), proc.stderr()
+        assert after.lease_end_ms > store.now_ms(), "an abandoned run keeps its lease until it runs out"
+        assert not re.search(r"batch 1", proc.stderr()), "the handler went on to its next batch"
+        assert took < 10, f"the cold stop took {took:.1f} s"
+    finally:
+        proc.kill()
+        if backend is not None:
+            backend.close()
+        else:
+            store.close()
+
+
+@pytest.mark.timeout(90)
+def test_example_script_survives_a_burst_of_sigterms(tmp_path: Path) -> None:
+    """A burst of SIGTERMs (a process manager, or an impatient operator) while the handler runs: the
+    process stops promptly and cleanly, never hangs and never fails in its signal handler (the handler
+    may interrupt the main thread anywhere, even inside a lock it holds)."""
+    proc, store, _ = start_tasks("leasecron-run", "default", tmp_path)
+    try:
+        run, _ = running_report(proc, store)
+        for _ in range(300):
+            if proc.proc.poll() is not None:
+                break
+            proc.signal(signal.SIGTERM)
+            time.sleep(0.0005)
+        code = proc.finish(timeout=15)
+        # 0, or killed by one of the burst's last signals once run_forever() had restored the default handler
+        assert code in (0, -signal.SIGTERM), proc.stderr()
+        assert "Traceback" not in proc.stderr() and "Logging error" not in proc.stderr(), proc.stderr()
+        after = store.get_run("report", run.slot_ms)
+        assert after is not None and after.status == "running" and after.token == run.token
+    finally:
+        proc.kill()
+        store.close()
+
+
+# -- systemd, Kubernetes, and the README sections -----------------------------------------------
+
+
+def tasks_stop_timeout_ms(tmp_path: Path) -> int:
+    """The stop_timeout_ms of the example's LeaseCron, read by importing examples/scripts/tasks.py."""
+    copy_example("scripts/tasks.py", tmp_path)
+    code = "import tasks; print(tasks.cron.stop_timeout_ms)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment("memory://"),
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_systemd_unit_runs_the_example_and_outlasts_its_stop_timeout(tmp_path: Path) -> None:
+    """The systemd unit parses, runs `leasecron run tasks:cron`, stops it with SIGTERM, and waits
+    longer (TimeoutStopSec) than the example's stop_timeout_ms before it kills."""
+    unit = configparser.ConfigParser(strict=True, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string((EXAMPLES / "systemd" / "leasecron-tasks.service").read_text())
+    service = unit["Service"]
+    program, *args = service["ExecStart"].split()
+    assert Path(program).name == "leasecron" and args == ["run", "tasks:cron"]
+    assert service["WorkingDirectory"].startswith("/")
+    assert service.get("KillSignal", "SIGTERM") == "SIGTERM"
+    assert service["Environment"].startswith("LEASECRON_STORE=")
+    stop_timeout_ms = tasks_stop_timeout_ms(tmp_path)
+    assert int(service["TimeoutStopSec"]) * 1000 > stop_timeout_ms + 5000
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_kubernetes_grace_period_outlasts_the_stop_timeout(tmp_path: Path) -> None:
+    """The Deployment runs `leasecron run tasks:cron` in exec form, and its
+    terminationGracePeriodSeconds is longer than the example's stop_timeout_ms (plus slack)."""
+    text = (EXAMPLES / "kubernetes" / "deployment.yaml").read_text()
+    try:
+        import yaml  # type: ignore[import-untyped]
+    except ImportError:
+        yaml = None
+    grace = re.search(r"^\s+terminationGracePeriodSeconds: (\d+)$", text, re.M)
+    command = re.search(r"^\s+command: (\[.*\])$", text, re.M)
+    assert grace and command, "terminationGracePeriodSeconds or command missing"
+    assert json.loads(command.group(1)) == ["leasecron", "run", "tasks:cron"]
+    if yaml is not None:  # the full structure, where PyYAML is installed
+        spec = yaml.safe_load(text)["spec"]["template"]["spec"]
+        assert spec["terminationGracePeriodSeconds"] == int(grace.group(1))
+        assert spec["containers"][0]["command"] == ["leasecron", "run", "tasks:cron"]
+    assert int(grace.group(1)) * 1000 > tasks_stop_timeout_ms(tmp_path) + 5000
+    assert "\t" not in text
+
+
+def test_readme_scripts_section_shows_the_examples_unchanged() -> None:
+    """The README shows tasks.py, the systemd unit and the Deployment (tests/docs checks each equals its
+    file), and its text names the numbers those files hold."""
+    blocks = readme_examples(README.read_text(encoding="utf-8"))
+    expected = ["examples/scripts/tasks.py", "examples/systemd/leasecron-tasks.service",
+                "examples/kubernetes/deployment.yaml"]  # fmt: skip
+    for path in expected:
+        assert blocks[path] == (EXAMPLES.parent / path).read_text(), path
+    assert "(20 s in ``tasks.py``)" in README.read_text(encoding="utf-8")
+    assert "stop_timeout_ms=20_000" in blocks[expected[0]]
 
 
 LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3})  (\S+)\s+(\d\d:\d\d:\d\d\.\d{3})?\s+(.*)$")
@@ -252,14 +545,15 @@ def test_demo_shows_takeover_handover_and_exactly_once(store: str, tmp_path: Pat
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     lines = demo_lines(out)
-    kill = next(i for i, l in enumerate(lines) if l[1] == "demo" and "=> SIGKILL" in l[3])
+    kill = next(i for i, row in enumerate(lines) if row[1] == "demo" and "=> SIGKILL" in row[3])
     killed_slot = lines[kill][2]
-    assert any(l[2] == killed_slot and l[3] == "won attempt 2 (takeover)" for l in lines[kill + 1 :]), out
-    term = next(i for i, l in enumerate(lines) if l[1] == "demo" and "=> SIGTERM" in l[3])
+    assert any(row[2] == killed_slot and row[3] == "won attempt 2 (takeover)" for row in lines[kill + 1 :]), out
+    term = next(i for i, row in enumerate(lines) if row[1] == "demo" and "=> SIGTERM" in row[3])
     term_slot, victim = lines[term][2], lines[term][3].split()[2]
     after = lines[term + 1 :]
-    assert (victim, term_slot, "handed the run over (attempt 1 released)") in [(l[1], l[2], l[3]) for l in after]
-    assert any(l[2] == term_slot and l[1] != victim and l[3].startswith("won attempt 2") for l in after), out
+    handed = [(row[1], row[2], row[3]) for row in after]
+    assert (victim, term_slot, "handed the run over (attempt 1 released)") in handed
+    assert any(row[2] == term_slot and row[1] != victim and row[3].startswith("won attempt 2") for row in after), out
     assert re.search(r"^Crash: .* took the slot over as attempt 2 \d+ ms later", out, re.M), out
     handover = r"^Hand-over: .* handed the run over .*; .* ran it as attempt 2 \d+ ms after the SIGTERM"
     assert re.search(handover, out, re.M), out

@@ -1,15 +1,24 @@
 """The ``leasecron`` command (also ``python -m leasecron``).
 
-========================================  ==================================================
-``leasecron demo [--seconds N]``          3 worker processes on one SQLite store: claims, a
-                                          crash and takeover, a hand-over, and a summary
-``leasecron runs URL [--job] [--limit]``  the stored runs, newest first (``--json``)
-``leasecron check URL``                   connectivity, schema, clock offset, round trip
-``leasecron run module:attr``             run a LeaseCron object until SIGTERM
-========================================  ==================================================
+============================================  ===================================================
+``leasecron demo [--seconds N]``              3 worker processes on one SQLite store: claims, a
+                                              crash and takeover, a hand-over, and a summary
+``leasecron runs URL [--job] [--limit]``      the stored runs, grouped by job, newest first: slot
+                                              in local time and UTC, attempt, runner, status,
+                                              lease left, hand-over, error (``--json``)
+``leasecron jobs [URL] [--app module:attr]``  each job's last run and stored runs; with
+                                              ``--app``, its schedule and next slot (``--json``)
+``leasecron check URL``                       connectivity, schema, clock offset, round trip
+``leasecron run module:attr``                 run a LeaseCron object until SIGTERM (a warm stop);
+                                              a second signal stops at once (a cold stop)
+============================================  ===================================================
 
-Expected errors print one line on stderr: a bad option or URL
-(:class:`~leasecron.ConfigError`) exits with 2, a failed command with 1.
+The commands live in :mod:`~leasecron.cli.commands` (one function per
+command, shared with the ``flask leasecron`` group of
+:mod:`leasecron.contrib.flask`) and their tables in
+:mod:`~leasecron.cli.tables`. Expected errors print one line on stderr: a bad
+option, URL or ``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2,
+a failed command with 1.
 """
 
 from __future__ import annotations
@@ -51,6 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=int, default=20, metavar="N", help="runs per job (default: 20)")
     runs.add_argument("--json", action="store_true", help="print a JSON list of runs")
 
+    jobs = sub.add_parser(
+        "jobs",
+        help="list the jobs: last run, stored runs, and (with --app) schedule and next slot",
+        description="List each job with stored runs: its last run and how many runs the store keeps."
+        " The store holds no schedules: --app module:attr (a LeaseCron, or a Flask app with"
+        " LeaseCronExtension) adds each registered job's schedule and next slot.",
+    )
+    jobs.add_argument("url", nargs="?", metavar="URL", help="store URL (default: the store of --app's LeaseCron)")
+    jobs.add_argument("--app", metavar="module:attr", help="the LeaseCron (or Flask app) that registers the jobs")
+    jobs.add_argument("--json", action="store_true", help="print a JSON list of jobs")
+
     check = sub.add_parser(
         "check",
         help="check a store: connectivity, schema, clock offset, round-trip time",
@@ -62,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a LeaseCron object from an importable module until SIGTERM",
         description="Import module:attr (the current directory is on sys.path), which must be a"
-        " leasecron.LeaseCron, and run it until SIGTERM or SIGINT (graceful stop: live runs are"
-        " handed over); a second signal stops at once.",
+        " leasecron.LeaseCron (or a Flask app with LeaseCronExtension; module:factory() calls a"
+        " factory), and run it until SIGTERM or SIGINT (graceful stop: live runs are handed over);"
+        " a second signal stops at once.",
     )
     run.add_argument("target", metavar="module:attr", help="e.g. myapp.tasks:cron")
     run.add_argument(
@@ -82,6 +103,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     handlers = {
         "demo": demo.cmd_demo,
         "runs": commands.cmd_runs,
+        "jobs": commands.cmd_jobs,
         "check": commands.cmd_check,
         "run": commands.cmd_run,
     }

@@ -1,10 +1,15 @@
-"""The small commands: ``runs`` (what the store holds), ``check`` (can we reach it, and how
-fast), ``run`` (run a LeaseCron object from an importable module until SIGTERM).
+"""The operators' commands: ``runs`` (what the store holds), ``jobs`` (each job's last and next
+run), ``check`` (can we reach the store, and how fast), ``run`` (run a LeaseCron object from an
+importable module until SIGTERM).
 
-Each ``cmd_*`` function takes the parsed arguments and returns the exit code;
-expected failures raise :class:`~leasecron.ConfigError` (exit 2) or
-:class:`CommandError` (exit 1), which :func:`leasecron.cli.main` prints
-without a traceback.
+One implementation serves both command lines: each command is a function
+that takes a store (or a LeaseCron) and returns the lines to print —
+``runs_output``, ``jobs_output``, ``check_output`` — or runs the cron —
+``run_cron``. The ``cmd_*`` functions are the ``leasecron`` command's glue
+(parsed arguments in, exit code out); :mod:`leasecron.contrib.flask` calls
+the same functions with the Flask app's own cron. Expected failures raise
+:class:`~leasecron.ConfigError` (exit 2) or :class:`CommandError` (exit 1),
+which the command lines print as one line, without a traceback.
 """
 
 from __future__ import annotations
@@ -17,41 +22,44 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Tuple
 
 from ..errors import ConfigError
-from ..runs import RUNNING, Run
+from ..runs import Run
 from ..scheduler import LeaseCron
 from ..stores import Store, open_store
+from .tables import JobRow, format_table, job_dict, jobs_lines, runs_lines
 
-__all__ = ["CommandError", "cmd_runs", "cmd_check", "cmd_run", "format_table", "CHECK_PROBE_JOB"]
+__all__ = [
+    "CHECK_PROBE_JOB",
+    "COUNT_CAP",
+    "CommandError",
+    "check_output",
+    "cmd_check",
+    "cmd_jobs",
+    "cmd_run",
+    "cmd_runs",
+    "format_table",
+    "jobs_output",
+    "load_cron",
+    "run_cron",
+    "runs_output",
+]
 
 #: The job name ``check`` reads: no real job has it, so the answer is always "no run".
 CHECK_PROBE_JOB = "__leasecron_check__"
 CHECK_SAMPLES = 20
-ERROR_WIDTH = 48
+#: ``jobs`` counts at most this many stored runs of a job (and then prints ``1000+``).
+COUNT_CAP = 1000
 
 
 class CommandError(Exception):
     """An expected failure of a command: its message is printed, the exit code is 1."""
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> List[str]:
-    """Lines of a plain-text table: a header, a rule, the rows; ``align`` holds ``l``/``r`` per column."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-
-    def line(cells: Sequence[str]) -> str:
-        parts = []
-        for i, cell in enumerate(cells):
-            right = i < len(align) and align[i] == "r"
-            parts.append(cell.rjust(widths[i]) if right else cell.ljust(widths[i]))
-        return "  ".join(parts).rstrip()
-
-    return [line(headers), line(["-" * w for w in widths])] + [line(row) for row in rows]
+def _print(lines: List[str]) -> None:
+    for line in lines:
+        print(line)
 
 
 # -- runs --------------------------------------------------------------------------------
@@ -59,64 +67,85 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: s
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """``leasecron runs URL [--job NAME] [--limit N] [--json]``."""
-    if args.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, not {args.limit}")
+    _check_limit(args.limit)
     store = open_store(args.url)
     try:
-        jobs = [args.job] if args.job else store.jobs()
-        runs: List[Run] = []
-        for job in jobs:
-            runs.extend(store.runs(job, limit=args.limit))
-        now_ms = store.now_ms()
+        _print(runs_output(store, args.job, args.limit, args.json))
     finally:
         store.close()
-    if args.json:
-        print(json.dumps([run.to_dict() for run in runs], indent=2))
-        return 0
-    if not runs:
-        where = f"job {args.job!r}" if args.job else "any job"
-        print(f"No runs of {where} in {store!r}.")
-        return 0
-    with_ms = any(run.slot_ms % 1000 for run in runs)
-    rows = [
-        [
-            run.job,
-            _utc(run.slot_ms, with_ms),
-            str(run.attempt),
-            run.runner,
-            run.status,
-            _lease_left(run, now_ms),
-            "yes" if run.handed_over else "no",
-            _short(run.error),
-        ]
-        for run in runs
-    ]
-    headers = ["job", "slot (UTC)", "attempt", "runner", "status", "lease left", "handed over", "error"]
-    for text in format_table(headers, rows, align="llrlllll"):
-        print(text)
-    print(f"\n{len(runs)} run(s) of {len(set(r.job for r in runs))} job(s), newest slot first, in {store!r}")
     return 0
 
 
-def _utc(ms: int, with_ms: bool) -> str:
-    text = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    return f"{text}.{ms % 1000:03d}" if with_ms else text
+def runs_output(store: Store, job: Optional[str], limit: int, as_json: bool) -> List[str]:
+    """The lines ``runs`` prints: every job's (or ``job``'s) newest ``limit`` runs, newest slot first.
+
+    ``as_json``: one JSON list of the runs' :meth:`~leasecron.Run.to_dict`.
+    """
+    _check_limit(limit)
+    jobs = [job] if job else store.jobs()
+    runs: List[Run] = []
+    for name in jobs:
+        runs.extend(store.runs(name, limit=limit))
+    if as_json:
+        return [json.dumps([run.to_dict() for run in runs], indent=2)]
+    if not runs:
+        what = f"job {job!r}" if job else "any job"
+        return [f"No runs of {what} in {store!r}."]
+    return runs_lines(runs, store.now_ms(), repr(store))
 
 
-def _lease_left(run: Run, now_ms: int) -> str:
-    if run.status != RUNNING:
-        return "-"
-    left = run.lease_end_ms - now_ms
-    if left > 0:
-        return f"{left} ms"
-    return "released" if run.handed_over else "expired"
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise ConfigError(f"--limit must be at least 1, not {limit}")
 
 
-def _short(error: Optional[str]) -> str:
-    if not error:
-        return "-"
-    text = " ".join(error.split())
-    return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 3] + "..."
+# -- jobs --------------------------------------------------------------------------------
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """``leasecron jobs [URL] [--app module:attr] [--json]``."""
+    cron = load_cron(args.app, what="--app") if args.app else None
+    if args.url is None and cron is None:
+        raise ConfigError("give a store URL, or --app module:attr (whose LeaseCron names the store)")
+    store = open_store(args.url) if args.url is not None else None
+    try:
+        _print(jobs_output(store or _store_of(cron), cron, args.json))
+    finally:
+        if store is not None:
+            store.close()
+    return 0
+
+
+def _store_of(cron: Optional[LeaseCron]) -> Store:
+    assert cron is not None
+    return cron.store
+
+
+def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[str]:
+    """The lines ``jobs`` prints: each job with stored runs (and each job of ``cron``), with its
+    last run, how many runs the store keeps, and — from ``cron``'s schedules — its next slot."""
+    registered = cron.jobs if cron is not None else {}
+    now_ms = store.now_ms()
+    rows = []
+    for name in sorted(set(store.jobs()) | set(registered)):
+        runs = store.runs(name, limit=COUNT_CAP + 1)
+        job = registered.get(name)
+        rows.append(
+            JobRow(
+                name=name,
+                stored=min(len(runs), COUNT_CAP),
+                capped=len(runs) > COUNT_CAP,
+                last=runs[0] if runs else None,
+                schedule=job.schedule if job else None,
+                next_ms=job.schedule.next_after(now_ms) if job else None,
+                registered=job is not None,
+            )
+        )
+    if as_json:
+        return [json.dumps([job_dict(row) for row in rows], indent=2)]
+    if not rows:
+        return [f"No jobs in {store!r}: no job has stored runs" + ("" if cron is None else " or is registered")]
+    return jobs_lines(rows, now_ms, repr(store), with_app=cron is not None)
 
 
 # -- check -------------------------------------------------------------------------------
@@ -126,10 +155,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     """``leasecron check URL``: reach the store, create its schema, measure clock and round trip."""
     store = open_store(args.url)  # ConfigError: exit 2
     try:
-        try:
-            _check(store)
-        except Exception as exc:  # noqa: BLE001 - any failure to reach the store is the answer
-            raise CommandError(f"check of {store!r} failed: {type(exc).__name__}: {exc}") from exc
+        _print(check_output(store))
     finally:
         try:
             store.close()
@@ -138,7 +164,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(store: Store) -> None:
+def check_output(store: Store) -> List[str]:
+    """The lines ``check`` prints: the store reached, its schema created, its clock offset and
+    round trip measured. Raises :class:`CommandError` naming the failure when it cannot."""
+    try:
+        return _check(store)
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the store is the answer
+        raise CommandError(f"check of {store!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _check(store: Store) -> List[str]:
     store.get_run(CHECK_PROBE_JOB, 0)  # the first real call: connects and creates the schema
     jobs = store.jobs()
     offset, trip = _clock_offset(store)
@@ -147,26 +182,25 @@ def _check(store: Store) -> None:
         before = time.perf_counter()
         store.get_run(CHECK_PROBE_JOB, 0)
         samples.append((time.perf_counter() - before) * 1000)
-    print(f"store         {store.kind}  {store!r}")
-    print(f"server        {store.server_version()}")
-    for warning in store.durability_warnings():
-        print(f"WARNING       {warning}")
-    print(f"schema        ok ({len(jobs)} job(s) with stored runs)")
-    print(f"clock offset  {offset:+.1f} ms (the store's clock minus this host's; read with a {trip:.2f} ms round trip)")
-    print(
+    lines = [f"store         {store.kind}  {store!r}", f"server        {store.server_version()}"]
+    lines += [f"WARNING       {warning}" for warning in store.durability_warnings()]
+    lines += [
+        f"schema        ok ({len(jobs)} job(s) with stored runs)",
+        f"clock offset  {offset:+.1f} ms (the store's clock minus this host's; read with a {trip:.2f} ms round trip)",
         f"round trip    median {statistics.median(samples):.2f} ms, max {max(samples):.2f} ms"
-        f" ({CHECK_SAMPLES} calls of get_run)"
-    )
-    print("ok")
+        f" ({CHECK_SAMPLES} calls of get_run)",
+        "ok",
+    ]
+    return lines
 
 
-def _clock_offset(store: Store, samples: int = 5) -> "tuple[float, float]":
+def _clock_offset(store: Store, samples: int = 5) -> Tuple[float, float]:
     """The store's clock minus the local wall clock, from the sample with the shortest round trip.
 
     A store's clock counts whole milliseconds (it truncates), so its true time
     lies in ``[now_ms, now_ms + 1)``: the middle, ``now_ms + 0.5``, is compared.
     """
-    best: Optional["tuple[float, float]"] = None
+    best: Optional[Tuple[float, float]] = None
     for _ in range(samples):
         before_wall = time.time_ns() / 1e6
         before = time.perf_counter()
@@ -184,20 +218,37 @@ def _clock_offset(store: Store, samples: int = 5) -> "tuple[float, float]":
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``leasecron run module:attr``: run the LeaseCron until SIGTERM/SIGINT (a second one: at once)."""
-    cron = load_cron(args.target)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    print(f"leasecron: running {args.target} ({cron!r}); SIGTERM or Ctrl-C stops it", file=sys.stderr, flush=True)
-    cron.run_forever()
+    run_cron(load_cron(args.target), args.target, args.log_level)
     return 0
 
 
-def load_cron(target: str) -> LeaseCron:
-    """Import ``module:attr`` (the current directory first on ``sys.path``) and return the LeaseCron."""
+def run_cron(cron: LeaseCron, label: str, log_level: str = "INFO") -> None:
+    """Run ``cron`` in the foreground until SIGTERM or SIGINT, logging on stderr at ``log_level``.
+
+    The first signal stops gracefully (live runs are handed over, up to
+    ``stop_timeout_ms``); a second one while stopping stops at once.
+    """
+    logging.basicConfig(level=getattr(logging, log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    print(f"leasecron: running {label} ({cron!r}); SIGTERM or Ctrl-C stops it", file=sys.stderr, flush=True)
+    cron.run_forever()
+    print(f"leasecron: {label} stopped", file=sys.stderr, flush=True)
+
+
+def load_cron(target: str, what: str = "") -> LeaseCron:
+    """Import ``module:attr`` (the current directory first on ``sys.path``) and return its LeaseCron.
+
+    ``attr`` may be dotted, and may end in ``()`` to call a factory with no
+    arguments (``myapp:create_app()``). The object may be a
+    :class:`~leasecron.LeaseCron` or an application holding one in
+    ``extensions["leasecron"]`` (a Flask app with
+    :class:`~leasecron.contrib.flask.LeaseCronExtension`). Anything else
+    raises :class:`~leasecron.ConfigError` with one line saying what is wrong
+    (after ``what``, the option that named the target, if any).
+    """
+    what = f"{what}: " if what else ""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError(f"expected module:attr (for example myapp.tasks:cron), not {target!r}")
+        raise ConfigError(f"{what}expected module:attr (for example myapp.tasks:cron), not {target!r}")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -205,14 +256,29 @@ def load_cron(target: str) -> LeaseCron:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ConfigError(f"cannot import {module_name!r}: no such module (searched from {cwd})") from None
+            raise ConfigError(f"{what}cannot import {module_name!r}: no such module (searched from {cwd})") from None
         raise
-    obj: object = module
-    for part in attr.split("."):
+    call = attr.endswith("()")
+    obj: Any = module
+    for part in (attr[:-2] if call else attr).split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+            raise ConfigError(f"{what}module {module_name!r} has no attribute {attr!r}") from None
+    if call:
+        if not callable(obj):
+            raise ConfigError(f"{what}{target} calls {type(obj).__name__} {attr[:-2]!r}, which is not callable")
+        obj = obj()
+    extensions = getattr(obj, "extensions", None)
+    if not isinstance(obj, LeaseCron) and isinstance(extensions, dict):
+        if not isinstance(extensions.get("leasecron"), LeaseCron):
+            raise ConfigError(
+                f"{what}{target} is an app without leasecron: call LeaseCronExtension.init_app(app) on it"
+            )
+        obj = extensions["leasecron"]
     if not isinstance(obj, LeaseCron):
-        raise ConfigError(f"{target} is a {type(obj).__name__}, not a leasecron.LeaseCron")
+        raise ConfigError(
+            f"{what}{target} is a {type(obj).__name__}, not a leasecron.LeaseCron"
+            " (nor an app with leasecron.contrib.flask.LeaseCronExtension)"
+        )
     return obj

@@ -1,0 +1,375 @@
+"""Flask: :class:`LeaseCronExtension`, the ``init_app`` extension, and the ``flask leasecron`` commands.
+
+The design, in the usual shape of a Flask extension made for app factories:
+
+* Jobs and event callbacks are registered on the extension (``@ext.job``,
+  ``ext.add_job``, ``ext.on``), usually at import time, before any app
+  exists. They are checked at once as far as they can be without the app's
+  config (the handler, the schedule, each option's value, a duplicate name),
+  and fully when an app is initialised.
+* :meth:`LeaseCronExtension.init_app` builds one :class:`~leasecron.LeaseCron`
+  per app from the app's config (table below), stores it in
+  ``app.extensions["leasecron"]``, registers every job on it with a handler
+  that runs inside ``app.app_context()`` (so ``current_app``, ``g`` and the
+  app's teardown functions, Flask-SQLAlchemy's session clean-up say, work as
+  in a request), and adds the ``flask leasecron`` command group to the app.
+  A job registered after ``init_app`` goes to the apps already initialised
+  too.
+* ``init_app`` never starts the cron. Every process that creates the app
+  would run jobs: each ``flask`` command, the dev server's reloader process,
+  and a gunicorn master that preloads the app. Start it where jobs belong:
+  in each gunicorn worker (``post_fork``, see :mod:`leasecron.contrib.gunicorn`),
+  in a process of its own (``flask leasecron run``), or by calling
+  :meth:`LeaseCronExtension.start` yourself. The cron lives as long as its
+  process: no teardown stops it; its exit hook (or gunicorn's ``worker_exit``)
+  hands its runs over.
+
+Configuration — one key per option of :class:`~leasecron.LeaseCron`; a key
+the app's config holds wins over the same option given to the extension's
+constructor (the constructor holds the code's defaults, the config each
+deployment's values). A key left out, or set to ``None``, uses the
+constructor's value, then leasecron's default:
+
+=============================  ==========  ==================================================
+key                            default     meaning
+=============================  ==========  ==================================================
+``LEASECRON_STORE``            (required)  store URL (``sqlite:///leasecron.db``,
+                                           ``redis://…``, ``postgresql://…``) or a ``Store``
+``LEASECRON_RUNNER``           host-pid    this instance's name in the store
+``LEASECRON_LEASE_MS``         30000       lease of a run; renewed by heartbeats
+``LEASECRON_HEARTBEAT_MS``     lease / 6   heartbeat interval (at most 5000 by default)
+``LEASECRON_MAX_ATTEMPTS``     3           attempts of a run whose runner died
+``LEASECRON_OVERLAP``          ``"skip"``  ``"skip"`` or ``"allow"`` a slot while one runs
+``LEASECRON_CATCH_UP_MS``      300000      on start, run a slot missed this recently (0: off)
+``LEASECRON_MAX_LATE_MS``      30000       how late a scheduled claim may still start a run
+``LEASECRON_JITTER_MS``        1000        random delay before a claim
+``LEASECRON_HISTORY_SIZE``     100         finished runs kept per job
+``LEASECRON_TZ``               ``"UTC"``   time zone of the cron strings
+``LEASECRON_STOP_TIMEOUT_MS``  10000       how long ``stop()`` waits for running handlers
+``LEASECRON_CLAIM_THREADS``    4           threads that send claims
+=============================  ==========  ==================================================
+
+Integer keys may be strings of digits (values read from the environment).
+Any other key that starts with ``LEASECRON_`` is an error naming it (with
+the nearest known key), so that a typo never passes silently.
+
+The ``flask leasecron`` group runs the commands of :mod:`leasecron.cli.commands`
+on the app's own cron: ``runs [--job] [--limit] [--json]``, ``jobs [--json]``
+(with each job's schedule and next slot), ``check``, and ``run`` (the app's
+cron in the foreground until SIGTERM: a scheduler process of its own).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
+
+try:
+    import click
+    from flask import Flask, current_app
+    from flask.cli import AppGroup
+except ImportError as exc:  # pragma: no cover - the test environment has Flask
+    raise ImportError(f"leasecron.contrib.flask needs Flask: pip install 'leasecron[flask]' ({exc})") from exc
+
+from ..cli import commands
+from ..errors import ConfigError, LeaseCronError
+from ..events import EVENT_TYPES, Callback, Event
+from ..jobs import Handler
+from ..options import OPTION_NAMES, check_option
+from ..scheduler import LeaseCron
+from ..schedules import ScheduleSpec, make_schedule
+from ..stores import Store, open_store
+
+__all__ = ["LeaseCronExtension", "CONFIG_KEYS", "EXTENSION_KEY", "cli"]
+
+#: Where ``init_app`` puts the app's LeaseCron: ``app.extensions["leasecron"]``.
+EXTENSION_KEY = "leasecron"
+
+#: Each config key and the :class:`~leasecron.LeaseCron` option it sets.
+CONFIG_KEYS: Dict[str, str] = {
+    "LEASECRON_STORE": "store",
+    "LEASECRON_RUNNER": "runner",
+    **{f"LEASECRON_{name.upper()}": name for name in OPTION_NAMES},
+    "LEASECRON_STOP_TIMEOUT_MS": "stop_timeout_ms",
+    "LEASECRON_CLAIM_THREADS": "claim_threads",
+}
+_KEY_OF = {name: key for key, name in CONFIG_KEYS.items()}
+_TEXT_OPTIONS = ("store", "runner", "overlap", "tz")
+
+
+class LeaseCronExtension:
+    """Runs a Flask app's cron jobs with leasecron: ``ext = LeaseCronExtension(); ext.init_app(app)``.
+
+    ``options`` are the code's defaults of the app config keys, by option
+    name (``store``, ``runner``, ``lease_ms``, … ``stop_timeout_ms``,
+    ``claim_threads``); the app's ``LEASECRON_*`` config keys win over them.
+    With ``app``, :meth:`init_app` is called at once.
+    """
+
+    def __init__(self, app: Optional[Flask] = None, **options: Any) -> None:
+        unknown = sorted(set(options) - set(_KEY_OF))
+        if unknown:
+            raise ConfigError(
+                f"LeaseCronExtension: unknown option {unknown[0]!r}{_nearest(unknown[0], _KEY_OF)};"
+                f" known: {', '.join(_KEY_OF)}"
+            )
+        self._options = {name: value for name, value in options.items() if value is not None}
+        self._jobs: List[Tuple[str, Handler, ScheduleSpec, Dict[str, Any]]] = []
+        self._callbacks: List[Tuple[str, Callback]] = []
+        self._apps: List[Tuple[Flask, LeaseCron]] = []
+        if app is not None:
+            self.init_app(app)
+
+    # -- registration (before or after init_app) ---------------------------------------
+
+    def job(
+        self, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: register the function as a job of every app (see :meth:`add_job`); returns it unchanged."""
+
+        def register(func: Handler) -> Handler:
+            self.add_job(func, schedule, name=name, **options)
+            return func
+
+        return register
+
+    def add_job(self, func: Handler, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any) -> None:
+        """Register ``func`` to run on ``schedule`` inside the app context of every app of this extension.
+
+        As :meth:`leasecron.LeaseCron.add_job`: ``name`` defaults to
+        ``"module.qualname"``, ``options`` override the app's defaults. What
+        can be checked without the app's config is checked now
+        (:class:`~leasecron.ConfigError` naming the job); the rest when an
+        app is initialised.
+        """
+        if not callable(func):
+            raise ConfigError(f"job handler must be callable, not {func!r}")
+        if name is None:
+            name = f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', repr(func))}"
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"job name must be a non-empty string, not {name!r}")
+        if any(name == known for known, _, _, _ in self._jobs):
+            raise ConfigError(f"job {name!r} is already registered")
+        for option, value in options.items():
+            check_option(option, value, name)
+        try:
+            make_schedule(schedule, options.get("tz", "UTC"))
+        except ConfigError as exc:
+            raise ConfigError(f"job {name!r}: schedule: {exc}") from None
+        for app, cron in self._apps:
+            cron.add_job(_in_app_context(app, func), schedule, name=name, **options)
+        self._jobs.append((name, func, schedule, dict(options)))
+
+    def on(self, event: str, callback: Callback) -> None:
+        """Call ``callback(event)``, inside the app context, on each event of a type (see
+        :meth:`leasecron.LeaseCron.on`), for every app of this extension."""
+        if event not in EVENT_TYPES:
+            raise ConfigError(f"unknown event {event!r}; known: {', '.join(EVENT_TYPES)}")
+        if not callable(callback):
+            raise ConfigError(f"event callback must be callable, not {callback!r}")
+        for app, cron in self._apps:
+            cron.on(event, _callback_in_app_context(app, callback))
+        self._callbacks.append((event, callback))
+
+    # -- apps ------------------------------------------------------------------------------
+
+    def init_app(self, app: Flask) -> LeaseCron:
+        """Build the app's :class:`~leasecron.LeaseCron` from its config, with every job registered.
+
+        Stores it in ``app.extensions["leasecron"]`` and returns it; adds the
+        ``flask leasecron`` commands. Does not start it (see the module's
+        documentation: start it in each gunicorn worker, in ``flask leasecron
+        run``, or with :meth:`start`).
+        """
+        if EXTENSION_KEY in app.extensions:
+            raise ConfigError(f"Flask app {app.name!r} already has leasecron (init_app was called on it before)")
+        cron, opened = self._build(app)
+        try:
+            for name, func, schedule, options in self._jobs:
+                cron.add_job(_in_app_context(app, func), schedule, name=name, **options)
+        except ConfigError:
+            if opened:  # a store given as an object stays open: it is its owner's
+                cron.store.close()
+            raise
+        for event, callback in self._callbacks:
+            cron.on(event, _callback_in_app_context(app, callback))
+        app.extensions[EXTENSION_KEY] = cron
+        app.cli.add_command(cli)
+        self._apps.append((app, cron))
+        return cron
+
+    def get_cron(self, app: Optional[Flask] = None) -> LeaseCron:
+        """The LeaseCron of ``app`` (default: the current app)."""
+        return cron_of(app if app is not None else current_app)
+
+    def start(self, app: Optional[Flask] = None) -> LeaseCron:
+        """Start the LeaseCron of ``app`` (default: the current app) in this process; returns it."""
+        cron = self.get_cron(app)
+        cron.start()
+        return cron
+
+    def stop(self, app: Optional[Flask] = None, timeout: Optional[float] = None) -> None:
+        """Stop the LeaseCron of ``app`` (default: the current app): live runs are handed over."""
+        self.get_cron(app).stop(timeout)
+
+    def _build(self, app: Flask) -> Tuple[LeaseCron, bool]:
+        """The app's LeaseCron, and whether its store was opened here (from a URL)."""
+        settings = dict(self._options)
+        source = {name: f"LeaseCronExtension({name}=...)" for name in settings}
+        for key, value in app.config.items():
+            if not key.startswith("LEASECRON_"):
+                continue
+            if key not in CONFIG_KEYS:
+                raise ConfigError(
+                    f"unknown Flask config key {key!r}{_nearest(key, CONFIG_KEYS)}; leasecron reads"
+                    f" {', '.join(CONFIG_KEYS)}"
+                )
+            if value is not None:
+                settings[CONFIG_KEYS[key]] = _coerce(key, CONFIG_KEYS[key], value)
+                source[CONFIG_KEYS[key]] = f"Flask config {key}"
+        store = settings.pop("store", None)
+        if store is None:
+            raise ConfigError(
+                f"Flask config LEASECRON_STORE is not set for app {app.name!r}: set it to a store URL,"
+                " for example app.config['LEASECRON_STORE'] = 'sqlite:///leasecron.db'"
+            )
+        for name in OPTION_NAMES:
+            if name in settings:
+                try:
+                    check_option(name, settings[name])
+                except ConfigError as exc:
+                    raise ConfigError(f"{source[name]}: {_without_prefix(exc)}") from None
+        opened = isinstance(store, str)
+        if isinstance(store, str):
+            try:
+                store = open_store(store)
+            except ConfigError as exc:
+                raise ConfigError(f"{source['store']}: {exc}") from None
+        elif not isinstance(store, Store):
+            raise ConfigError(f"{source['store']} must be a store URL or a leasecron Store, not {store!r}")
+        try:
+            return LeaseCron(store, **settings), opened
+        except ConfigError as exc:
+            if opened:
+                store.close()
+            raise ConfigError(f"leasecron settings of Flask app {app.name!r}: {_without_prefix(exc)}") from None
+
+
+def cron_of(app: Flask) -> LeaseCron:
+    """The LeaseCron in ``app.extensions["leasecron"]``; ConfigError if ``init_app`` was never called."""
+    cron = app.extensions.get(EXTENSION_KEY)
+    if not isinstance(cron, LeaseCron):
+        raise ConfigError(f"Flask app {app.name!r} has no leasecron: call LeaseCronExtension().init_app(app)")
+    return cron
+
+
+def _in_app_context(app: Flask, func: Handler) -> Handler:
+    """``func`` run inside ``app.app_context()``; its signature (context or none) and name stay."""
+
+    @functools.wraps(func)
+    def in_app_context(*args: Any, **kwargs: Any) -> Any:
+        with app.app_context():
+            return func(*args, **kwargs)
+
+    return in_app_context
+
+
+def _callback_in_app_context(app: Flask, callback: Callback) -> Callback:
+    def in_app_context(event: Event) -> None:
+        with app.app_context():
+            callback(event)
+
+    return in_app_context
+
+
+def _coerce(key: str, name: str, value: Any) -> Any:
+    """A config value as the option takes it: digits given as text (from the environment) become ints."""
+    if name in _TEXT_OPTIONS or not isinstance(value, str):
+        return value
+    text = value.strip().replace("_", "")
+    if text.lstrip("-").isdigit():
+        return int(text)
+    raise ConfigError(f"Flask config {key} must be an integer, not {value!r}")
+
+
+def _nearest(word: str, known: Any) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _without_prefix(exc: Exception) -> str:
+    text = str(exc)
+    return text[len("LeaseCron: "):] if text.startswith("LeaseCron: ") else text
+
+
+# -- flask leasecron ... -------------------------------------------------------------------------
+
+
+class _UsageProblem(click.ClickException):
+    """A bad option or setting: exit code 2, as the ``leasecron`` command."""
+
+    exit_code = 2
+
+
+def _fail(exc: Exception) -> NoReturn:
+    if isinstance(exc, ConfigError):
+        raise _UsageProblem(str(exc)) from exc
+    raise click.ClickException(str(exc)) from exc
+
+
+def _echo(lines: List[str]) -> None:
+    for line in lines:
+        click.echo(line)
+
+
+cli = AppGroup("leasecron", help="leasecron: the app's cron jobs, their stored runs, and the store.")
+
+
+@cli.command("runs", short_help="List the stored runs, newest first.")
+@click.option("--job", metavar="NAME", help="Only this job (default: every job with stored runs).")
+@click.option("--limit", type=int, default=20, show_default=True, metavar="N", help="Runs per job.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of runs.")
+def _runs(job: Optional[str], limit: int, as_json: bool) -> None:
+    """List the stored runs, grouped by job, newest first."""
+    try:
+        _echo(commands.runs_output(cron_of(current_app).store, job, limit, as_json))
+    except (ConfigError, LeaseCronError) as exc:
+        _fail(exc)
+
+
+@cli.command("jobs", short_help="List the jobs: last run and next slot.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of jobs.")
+def _jobs(as_json: bool) -> None:
+    """List the app's jobs: schedule, last run, stored runs, next slot."""
+    try:
+        cron = cron_of(current_app)
+        _echo(commands.jobs_output(cron.store, cron, as_json))
+    except (ConfigError, LeaseCronError) as exc:
+        _fail(exc)
+
+
+@cli.command("check", short_help="Check the store: schema, clock, round trip.")
+def _check() -> None:
+    """Check the app's store: connectivity, schema, clock offset, round trip."""
+    try:
+        _echo(commands.check_output(cron_of(current_app).store))
+    except (ConfigError, LeaseCronError, commands.CommandError) as exc:
+        _fail(exc)
+
+
+@cli.command("run", short_help="Run the cron until SIGTERM.")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Level of the leasecron log on stderr.",
+)
+def _run(log_level: str) -> None:
+    """Run the app's cron in the foreground until SIGTERM (a second signal: at once)."""
+    try:
+        cron = cron_of(current_app)
+    except ConfigError as exc:
+        _fail(exc)
+    commands.run_cron(cron, f"the cron of Flask app {current_app.name!r}", log_level.upper())

@@ -1,0 +1,1 @@
+"""Tests of leasecron.contrib: the integrations with gunicorn, Flask and friends."""
