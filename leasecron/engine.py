@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from .clock import StoreClock
 from .context import STOP
 from .errors import StoreError, StoreUnavailable
-from .events import Emitter, log
+from .events import ClaimText, Emitter, SlotText, log
 from .jobs import Job
 from .live import LiveRun, error_text
 from .retry import call_until
@@ -116,7 +116,7 @@ class Engine:
             self._stopped.wait()
             return
         deadline = time.monotonic() + wait_s
-        log.info("leasecron: %s stopping (%d live run(s))", self.runner, len(live))
+        log.info("leasecron: stopping runner %r: %d live run(s)", self.runner, len(live))
         self._timers.stop(timeout=1.0)
         with self._lock:
             pending = list(self._pending)
@@ -131,7 +131,7 @@ class Engine:
             run.abandon()
         self._pool.shutdown(wait=False)
         self._stopped.set()
-        log.info("leasecron: %s stopped", self.runner)
+        log.info("leasecron: stopped runner %r", self.runner)
 
     def _wait_until(self, condition: Callable[[], bool], deadline: float) -> None:
         """Wait until ``condition()``, the monotonic ``deadline``, or a cold stop."""
@@ -163,8 +163,9 @@ class Engine:
             self._recover_once(job)
         except StoreError as exc:  # the store is down (or refuses us) at start: never give up on the job
             log.warning(
-                "leasecron: cannot recover job %r on start: the store %s (%s); trying again in %.1f s",
+                "leasecron: cannot recover job %r on start, runner %r: the store %s (%s); trying again in %.1f s",
                 job.name,
+                self.runner,
                 "is unreachable" if isinstance(exc, StoreUnavailable) else "failed",
                 exc,
                 retry_ms / 1000,
@@ -211,6 +212,7 @@ class Engine:
         else:
             matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self.clock.now_ms()) / 1000
         first = sent = time.monotonic()
+        ids = (job.name, SlotText(slot_ms), self.runner)  # how the log names this claim
 
         def once() -> Claim:
             nonlocal sent
@@ -240,24 +242,28 @@ class Engine:
         except _Stopping:
             return None
         except _NotDue:
-            log.info("leasecron: job %r slot %d is not due yet on the store's clock: claimed when it is", job.name, slot_ms)
+            log.info("leasecron: deferred job %r slot %s runner %r (%s): not due on the store's clock", *ids, reason)
             self._timers.call_at(slot_ms + self._jitter(job), self._submit, self._claim, job, slot_ms, reason)
             return None
         except Exception as exc:  # noqa: BLE001 - reported; the next slot or check tries again
-            log.error("leasecron: %s claim of job %r slot %d failed: %s", reason, job.name, slot_ms, exc)
+            log.error("leasecron: claim failed job %r slot %s runner %r (%s): %s", *ids, reason, exc)
             self._emitter.emit("error", job.name, slot_ms, reason=reason, error=error_text(exc))
             return None
         answered = time.monotonic()
         outcome = claim.outcome
+        answer = ClaimText(claim, self.clock.now_ms, max_late)
+        if reason == TAKEOVER:
+            log.debug("leasecron: backup check job %r slot %s runner %r: %s", *ids, answer)
+        elif outcome not in (WON, "overlap", "late", "early"):  # these have lines of their own
+            log.debug("leasecron: claimed job %r slot %s runner %r (%s): %s", *ids, reason, answer)
         if outcome == WON:
             assert claim.run is not None
             self._start_run(job, claim.run, sent)
             self._check_drift(claim.run.lease_end_ms - opts.lease_ms, sent, answered)
         elif outcome == "running":
-            log.debug("leasecron: job %r slot %d is running elsewhere: backup", job.name, slot_ms)
             self._watch(job, slot_ms)
         elif outcome in ("overlap", "late", "early"):
-            log.info("leasecron: skip job %r slot %d (%s)", job.name, slot_ms, outcome)
+            log.info("leasecron: skipped job %r slot %s runner %r (%s): %s", *ids, outcome, answer)
             self._emitter.emit("skip", job.name, slot_ms, reason=outcome, run=claim.run)
             if outcome == "overlap" and claim.run is not None:
                 self._watch(job, claim.run.slot_ms)
@@ -268,8 +274,6 @@ class Engine:
                 self._sync_clock()
                 due = max(slot_ms + self._jitter(job), self.clock.now_ms() + opts.heartbeat_ms)
                 self._timers.call_at(due, self._submit, self._claim, job, slot_ms, reason)
-        else:
-            log.debug("leasecron: %s claim of job %r slot %d: %s", reason, job.name, slot_ms, outcome)
         return claim
 
     # -- backups -------------------------------------------------------------------------
@@ -313,6 +317,7 @@ class Engine:
     # -- live runs ---------------------------------------------------------------------------
 
     def _start_run(self, job: Job, run: Run, claim_sent: float) -> None:
+        ids = (run.job, SlotText(run.slot_ms), run.attempt, run.runner, run.reason)
         with self._lock:
             stopping = self._stopping
             if not stopping:
@@ -320,20 +325,16 @@ class Engine:
                 self._live[live.key] = live
                 self._watching.discard(live.key)
         if stopping:  # won while stopping: hand it straight back, it costs no attempt
-            log.info("leasecron: won job %r slot %d while stopping: releasing it", job.name, run.slot_ms)
+            log.info("leasecron: won job %r slot %s attempt %d runner %r (%s) while stopping: releasing it", *ids)
             try:
                 self.store.release(run.job, run.slot_ms, run.token)
             except Exception as exc:  # noqa: BLE001 - a backup takes it over when the lease runs out
-                log.warning("leasecron: could not release job %r slot %d: %s", job.name, run.slot_ms, exc)
+                log.warning("leasecron: could not release job %r slot %s attempt %d runner %r (%s): %s", *ids, exc)
             return
-        log.info(
-            "leasecron: %s won job %r slot %s attempt %d (%s)",
-            self.runner,
-            job.name,
-            run.slot.isoformat(),
-            run.attempt,
-            run.reason,
-        )
+        if run.reason == TAKEOVER:
+            log.info("leasecron: took over job %r slot %s attempt %d runner %r (%s)", *ids)
+        else:
+            log.info("leasecron: won job %r slot %s attempt %d runner %r (%s)", *ids)
         self.emit("start", run, reason=run.reason)
         live.start()
 
@@ -388,11 +389,12 @@ class Engine:
         try:
             self.clock.sync()
         except Exception as exc:  # noqa: BLE001 - keep the last estimate; tried again later
-            log.warning("leasecron: cannot read the store's clock: %s", exc)
+            log.warning("leasecron: cannot read the store's clock, runner %r: %s", self.runner, exc)
             self._emitter.emit("error", None, None, error=error_text(exc))
             return False
         log.debug(
-            "leasecron: store clock offset %.1f ms, round trip %.2f ms",
+            "leasecron: store clock read runner %r: offset %.1f ms, round trip %.2f ms",
+            self.runner,
             self.clock.offset_ms,
             self.clock.round_trip_ms or 0.0,
         )
@@ -409,7 +411,7 @@ class Engine:
             if now - self._drift_synced < DRIFT_RESYNC_GAP_S:
                 return
             self._drift_synced = now
-        log.warning("leasecron: the store's clock is %+.0f ms off this instance's estimate: reading it again", drift)
+        log.warning("leasecron: store clock moved, runner %r: %+.0f ms off the estimate; re-read", self.runner, drift)
         self._sync_clock()
 
     def _resync_clock(self, retry_ms: Optional[int] = None) -> None:

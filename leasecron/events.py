@@ -13,6 +13,40 @@ lost     the lease was lost: fenced by a newer attempt, or not
 handover the run was released on ``stop()`` for a backup
 error    a store operation or a scheduler task failed (``error``)
 ======== ======================================================= ===================
+
+The log
+-------
+
+Everything is also logged on the ``leasecron`` logger (:data:`log`), with
+lazy ``%``-style arguments, in one shape::
+
+    leasecron: <what> job 'x' slot 2026-11-30T05:00:00Z [attempt 2] runner 'web-1' [(<reason>)][: <detail>]
+
+``runner`` is always the instance that logs the line; the detail may name
+another one (the runner holding a lease). A slot is shown in UTC with a ``Z``
+(:func:`slot_text`), with milliseconds only when it has some. Lines about
+the instance itself read ``leasecron: <what> runner 'web-1'...``.
+
+========  ===================================================================
+level     lines
+========  ===================================================================
+DEBUG     ``heartbeat renewed``; ``backup check`` (each takeover claim of a
+          backup, and its answer: ``running elsewhere: backup of attempt
+          1 by 'web-2', lease ends in 412 ms``, ``won``, ``done``,
+          ``none``); ``claimed`` (a scheduled or catch-up claim answered
+          ``running``, ``done`` or ``none``); the store's clock offset
+INFO      ``won`` (schedule, catch-up), ``took over`` (takeover),
+          ``skipped`` (overlap, late, early, with why), ``succeeded``,
+          ``handed over``; starting and stopping
+WARNING   ``lost`` (the instance was fenced or could not renew: it stops the
+          handler, and a backup runs the slot again); ``abandoned``; a
+          heartbeat that failed and is retried; the start-up retried
+ERROR     ``failed`` (with the handler's traceback); a claim that failed;
+          a callback or task that raised (with its traceback)
+========  ===================================================================
+
+A lost lease is a WARNING rather than an INFO: nothing failed in this
+instance, but the slot's work was cut off here and runs again elsewhere.
 """
 
 from __future__ import annotations
@@ -20,13 +54,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from datetime import datetime
 from typing import Callable, Dict, List, Optional
 
 from .errors import ConfigError
-from .runs import Run, slot_datetime
+from .runs import Claim, Run, slot_datetime
 
-__all__ = ["Event", "EVENT_TYPES", "Emitter", "log"]
+__all__ = ["Event", "EVENT_TYPES", "Emitter", "log", "slot_text", "SlotText", "ClaimText"]
 
 log = logging.getLogger("leasecron")
 
@@ -104,3 +139,67 @@ class Emitter:
             except BaseException:  # noqa: BLE001 - SystemExit too: this is one of leasecron's threads
                 log.exception("leasecron: %s callback %r failed (ignored)", name, callback)
         return event
+
+
+# -- how the log shows things -------------------------------------------------------------
+
+
+def slot_text(slot_ms: int) -> str:
+    """A slot as the log shows it: ``2026-11-30T05:00:00Z`` (UTC; milliseconds only when it has some)."""
+    seconds, millis = divmod(slot_ms, 1000)
+    try:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    except (OverflowError, ValueError, OSError):  # beyond what the C library can show
+        return f"{slot_ms} ms"
+    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
+
+
+class SlotText:
+    """A lazy log argument: :func:`slot_text` of ``slot_ms``, formatted only if the line is emitted."""
+
+    __slots__ = ("slot_ms",)
+
+    def __init__(self, slot_ms: int) -> None:
+        self.slot_ms = slot_ms
+
+    def __str__(self) -> str:
+        return slot_text(self.slot_ms)
+
+    __repr__ = __str__
+
+
+class ClaimText:
+    """A lazy log argument: what a claim's answer means, for the ``skipped`` and ``backup check`` lines.
+
+    ``now_ms`` (the instance's estimate of the store's clock) is read only
+    when the line is emitted, to show how long a live lease still lasts;
+    ``max_late_ms`` is the one the claim was sent with.
+    """
+
+    __slots__ = ("claim", "now_ms", "max_late_ms")
+
+    def __init__(self, claim: Claim, now_ms: Callable[[], int], max_late_ms: Optional[int] = None) -> None:
+        self.claim = claim
+        self.now_ms = now_ms
+        self.max_late_ms = max_late_ms
+
+    def __str__(self) -> str:
+        outcome, run = self.claim.outcome, self.claim.run
+        if run is None:
+            return {
+                "late": f"the store's clock is past the slot + max_late_ms ({self.max_late_ms} ms) + 10 s",
+                "early": "the slot is more than 10 s ahead of the store's clock: claimed again when it is due",
+                "none": "none: the slot has no run",
+            }.get(outcome, outcome)
+        if outcome == "running":
+            left = run.lease_end_ms - self.now_ms()
+            return f"running elsewhere: backup of attempt {run.attempt} by {run.runner!r}, lease ends in {left} ms"
+        if outcome == "overlap":
+            return f"slot {slot_text(run.slot_ms)} attempt {run.attempt} by {run.runner!r} still holds its lease"
+        if outcome == "late":
+            return f"a newer slot, {slot_text(run.slot_ms)}, already has a run"
+        if outcome == "done":
+            return f"done: attempt {run.attempt} ended {run.status}"
+        return f"{outcome}: attempt {run.attempt}"
+
+    __repr__ = __str__

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from .context import LOST, STOP, Context, Signal
 from .errors import Aborted
-from .events import log
+from .events import SlotText, log
 from .retry import call_until
 from .runs import FAILED, SUCCESS, Run
 
@@ -76,6 +76,9 @@ class LiveRun:
             signal=self.signal,
         )
         self.ended = threading.Event()
+        #: How the log names this run: job, slot, attempt, runner.
+        self._ids = (run.job, SlotText(run.slot_ms), run.attempt, run.runner)
+        self._began = time.monotonic()
         self._lease_s = job.options.lease_ms / 1000
         self._deadline = claim_sent + self._lease_s
         self._state = RUNNING
@@ -99,6 +102,7 @@ class LiveRun:
     # -- the run thread --------------------------------------------------------
 
     def _execute(self) -> None:
+        self._began = time.monotonic()  # for the log: how long the handler took
         error: Optional[BaseException] = None
         try:
             if self.job.takes_context:
@@ -120,18 +124,29 @@ class LiveRun:
     def _conclude(self, error: Optional[BaseException]) -> None:
         with self._lock:
             if self._state != RUNNING:  # lost or abandoned: never touch the run again
-                log.info("leasecron: %s ended after it was %s; the store is not told", self._name(), self._state)
+                log.info(
+                    "leasecron: ended job %r slot %s attempt %d runner %r: the handler returned after the run was %s;"
+                    " the store is not told",
+                    *self._ids,
+                    self._state,
+                )
                 return
             self._state = FINISHING
         store, run = self.engine.store, self.run
+        took = time.monotonic() - self._began
         if error is not None and self.signal.reason == STOP:
-            log.info("leasecron: %s stopped (%s): handing it over", self._name(), error_text(error))
+            log.debug("leasecron: handing over job %r slot %s attempt %d runner %r: %s", *self._ids, error_text(error))
             done = self._record_end(lambda: store.release(run.job, run.slot_ms, run.token), "released")
             event, text = "handover", None
         elif error is not None:
-            if not isinstance(error, Aborted):
-                log.error("leasecron: %s failed", self._name(), exc_info=error)
             text = error_text(error)
+            log.error(
+                "leasecron: failed job %r slot %s attempt %d runner %r after %.3f s: %s",
+                *self._ids,
+                took,
+                text,
+                exc_info=None if isinstance(error, Aborted) else error,
+            )
             done = self._record_end(
                 lambda: store.finish(run.job, run.slot_ms, run.token, FAILED, text), FAILED
             )
@@ -146,7 +161,15 @@ class LiveRun:
                 if self._state != FINISHING:
                     return
                 self._state = ENDED
-            log.info("leasecron: %s %s", self._name(), {"handover": "handed over"}.get(event, event))
+            if event == "success":
+                log.info("leasecron: succeeded job %r slot %s attempt %d runner %r in %.3f s", *self._ids, took)
+            elif event == "handover":
+                log.info(
+                    "leasecron: handed over job %r slot %s attempt %d runner %r after %.3f s: released on stop()"
+                    " for a backup",
+                    *self._ids,
+                    took,
+                )
             self.engine.emit(event, run, error=text)
 
     def _record_end(self, call: Callable[[], bool], status: str) -> bool:
@@ -188,7 +211,8 @@ class LiveRun:
                 if time.monotonic() >= self._deadline:
                     self.lose(f"the lease could not be renewed for lease_ms ({lease_ms} ms): {error_text(exc)}")
                     return
-                log.warning("leasecron: heartbeat of %s failed (will retry): %s", self._name(), exc)
+                line = "leasecron: heartbeat failed job %r slot %s attempt %d runner %r (retrying): %s"
+                log.warning(line, *self._ids, exc)
                 continue
             if renewed and self._state == LOST_STATE:
                 self._release_stray_renewal()
@@ -198,7 +222,8 @@ class LiveRun:
             if renewed:
                 with self._lock:
                     self._deadline = max(self._deadline, sent + self._lease_s)
-                log.debug("leasecron: heartbeat of %s renewed", self._name())
+                line = "leasecron: heartbeat renewed job %r slot %s attempt %d runner %r: lease %d ms"
+                log.debug(line, *self._ids, lease_ms)
                 self._watch_deadline()
             elif self._state == RUNNING:
                 self.lose("heartbeat refused: the run has another token now")
@@ -214,9 +239,15 @@ class LiveRun:
         try:
             released = self.engine.store.release(run.job, run.slot_ms, run.token)
         except Exception as exc:  # noqa: BLE001 - the lease then runs out on its own
-            log.warning("leasecron: could not release the stray renewal of %s: %s", self._name(), exc)
+            line = "leasecron: stray renewal not released job %r slot %s attempt %d runner %r: %s"
+            log.warning(line, *self._ids, exc)
             return
-        log.info("leasecron: a late heartbeat renewed lost %s; released it (%s)", self._name(), released)
+        log.info(
+            "leasecron: stray renewal released job %r slot %s attempt %d runner %r: a late heartbeat renewed the lost"
+            " run (released: %s)",
+            *self._ids,
+            released,
+        )
 
     def _watch_deadline(self) -> None:
         deadline = self._deadline
@@ -236,7 +267,7 @@ class LiveRun:
             self._state = LOST_STATE
         self._stop_beating.set()
         self.signal.abort(LOST)
-        log.warning("leasecron: lost %s: %s", self._name(), why)
+        log.warning("leasecron: lost job %r slot %s attempt %d runner %r: %s", *self._ids, why)
         self.engine.emit("lost", self.run, error=why)
         return True
 
@@ -248,11 +279,8 @@ class LiveRun:
             self._state = ABANDONED
         self._stop_beating.set()
         log.warning(
-            "leasecron: %s still runs after the stop timeout: abandoned; a backup takes it over"
-            " when its lease runs out",
-            self._name(),
+            "leasecron: abandoned job %r slot %s attempt %d runner %r: the handler still runs after the stop"
+            " timeout; a backup takes the run over when its lease runs out",
+            *self._ids,
         )
         return True
-
-    def _name(self) -> str:
-        return f"job {self.run.job!r} slot {self.run.slot.isoformat()} attempt {self.run.attempt}"

@@ -27,10 +27,11 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from .base import Store
+from .delegating import DelegatingStore
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
-__all__ = ["Store", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHEMES"]
+__all__ = ["Store", "DelegatingStore", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHEMES"]
 
 #: URL scheme -> (module, class) of the store that serves it.
 SCHEMES: Dict[str, Tuple[str, str]] = {

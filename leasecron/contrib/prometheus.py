@@ -1,0 +1,347 @@
+"""Prometheus metrics of leasecron instances (``pip install 'leasecron[prometheus]'``).
+
+::
+
+    from leasecron.contrib.prometheus import instrument
+
+    cron = leasecron.LeaseCron("redis://cache:6379/0")
+    instrument(cron)          # before cron.start(); the default registry, namespace "leasecron"
+    cron.start()
+
+:func:`instrument` hooks a :class:`Metrics` (one per registry and namespace,
+shared by every instance instrumented into it) into an instance in two
+places, both in place before :meth:`~leasecron.LeaseCron.start`:
+
+* the instance's **events** (``cron.on``) count the ends of runs and the
+  leases lost;
+* its **store** is wrapped in a :class:`~leasecron.stores.DelegatingStore`
+  that times and counts every claim the engine sends, and remembers the
+  lease ends it was told, for the takeover delay.
+
+A third part, the **live-runs gauge**, is a collector that reads
+``cron.live_runs()`` of every instrumented instance when it is scraped.
+
+================================= ========= ================== =============================================
+metric                            type      labels             what
+================================= ========= ================== =============================================
+``leasecron_runs_total``          counter   job, outcome       attempts this instance ran that ended:
+                                                               ``success``, ``failed``, ``lost``, ``handover``
+``leasecron_claims_total``        counter   job, reason,       claims this instance sent (reason
+                                            outcome            ``schedule``, ``catch-up``, ``takeover`` — a
+                                                               backup's check) and the store's answer:
+                                                               ``won``, ``running``, ``overlap``, ``late``,
+                                                               ``early``, ``done``, ``none``; ``error`` when
+                                                               the call raised
+``leasecron_claim_seconds``       histogram job                how long a claim call took, sent to answered
+                                                               (the host's monotonic clock; retries of a
+                                                               failed call are separate calls)
+``leasecron_lease_lost_total``    counter   job, cause         leases this instance lost: ``fenced`` (the
+                                                               store refused a heartbeat or the end: another
+                                                               attempt holds the run) or ``unrenewed`` (not
+                                                               renewed for ``lease_ms``: store unreachable)
+``leasecron_takeover_delay_``     histogram job                see below
+``seconds``
+``leasecron_live_runs``           gauge     job                handlers executing on this instance now
+================================= ========= ================== =============================================
+
+**Takeover delay** is measured on the store's clock, for each takeover this
+instance won of a run whose lease ran out: the new attempt's ``started_ms``
+(the store's time of the winning claim) minus the ``lease_end_ms`` of the
+previous attempt *as this instance last saw it* — in the answer to its last
+backup check (``running``), an ``overlap`` answer, or ``unfinished()`` on
+start. The store keeps no lease end of an attempt once the next one wins, so
+this is what is known. If the dead runner renewed its lease after that last
+look, the true delay is shorter, by less than the interval between two
+checks (1–2 heartbeats); when the lease had stopped moving before the last
+check (the usual case: a backup checks every 1–2 heartbeats during the whole
+``lease_ms`` the dead lease still runs) it is exact. Not observed: takeovers
+of a released run (a hand-over; the lease end is then the release, which no
+backup sees), and takeovers where this instance never saw the previous
+attempt.
+
+Cardinality: one series per job and label value; no slot, token or runner
+label.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - tested in a process without prometheus_client
+    raise ImportError(
+        "leasecron.contrib.prometheus needs the Python package 'prometheus_client', which is not installed:"
+        " pip install 'leasecron[prometheus]'"
+    ) from exc
+
+from ..errors import ConfigError
+from ..events import Event
+from ..runs import OUTCOMES, SCHEDULE, TAKEOVER, WON, Claim, Run
+from ..stores import DelegatingStore, Store
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..scheduler import LeaseCron
+
+__all__ = ["Metrics", "instrument", "CLAIM_BUCKETS", "TAKEOVER_BUCKETS", "RUN_OUTCOMES", "LOST_CAUSES"]
+
+#: Buckets of ``claim_seconds``, in seconds: a claim takes well under a millisecond (memory) to tens of ms.
+CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Buckets of ``takeover_delay_seconds``: within two heartbeats (5 s each by default) when all is well.
+TAKEOVER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+#: The ``outcome`` values of ``runs_total``: the events that end an attempt.
+RUN_OUTCOMES = ("success", "failed", "lost", "handover")
+#: The ``cause`` values of ``lease_lost_total``.
+LOST_CAUSES = ("fenced", "unrenewed")
+#: How the ``lost`` event's ``error`` begins when the store refused the run (see leasecron/live.py).
+_FENCED_PREFIXES = ("heartbeat refused", "the store refused")
+#: How many runs' last seen lease ends a store wrapper remembers (the oldest are forgotten).
+_SEEN_MAX = 4096
+
+_CACHE_LOCK = threading.RLock()  # held while a Metrics is made, which registers itself
+_CACHE: "weakref.WeakKeyDictionary[CollectorRegistry, Dict[str, Metrics]]" = weakref.WeakKeyDictionary()
+
+
+def instrument(
+    cron: "LeaseCron", registry: Optional[CollectorRegistry] = None, namespace: str = "leasecron"
+) -> "Metrics":
+    """Count and time what ``cron`` does, in ``registry`` (default: prometheus_client's).
+
+    Call it before ``cron.start()``. Every instance instrumented into one
+    registry and namespace shares one :class:`Metrics` (returned), so each
+    metric is registered once; the series are per job. Raises
+    :class:`~leasecron.ConfigError` when ``cron`` is running or already
+    instrumented into these metrics.
+    """
+    registry = REGISTRY if registry is None else registry
+    with _CACHE_LOCK:
+        metrics = _CACHE.get(registry, {}).get(namespace)
+        if metrics is None:
+            metrics = Metrics(registry, namespace)
+    metrics.instrument(cron)
+    return metrics
+
+
+class Metrics:
+    """The leasecron metrics of one registry and namespace; :meth:`instrument` adds an instance.
+
+    The collectors are public attributes (``runs``, ``claims``,
+    ``claim_seconds``, ``lease_lost``, ``takeover_delay``) for tests and
+    custom dashboards. Creating a second ``Metrics`` for the same registry
+    and namespace fails as prometheus_client does (duplicated timeseries):
+    use :func:`instrument`, which reuses the first.
+    """
+
+    def __init__(
+        self,
+        registry: Optional[CollectorRegistry] = None,
+        namespace: str = "leasecron",
+        *,
+        claim_buckets: Sequence[float] = CLAIM_BUCKETS,
+        takeover_buckets: Sequence[float] = TAKEOVER_BUCKETS,
+    ) -> None:
+        registry = REGISTRY if registry is None else registry
+        # no reference to the registry is kept: the cache below holds it weakly, by key
+        self.namespace = namespace
+        self.runs = Counter(
+            "runs", "Attempts this instance ran that ended, by outcome.", ["job", "outcome"],
+            namespace=namespace, registry=registry,
+        )  # fmt: skip
+        self.claims = Counter(
+            "claims", "Claims this instance sent, by reason and the store's answer (error: the call raised).",
+            ["job", "reason", "outcome"], namespace=namespace, registry=registry,
+        )  # fmt: skip
+        self.claim_seconds = Histogram(
+            "claim_seconds", "Time of a claim call answered by the store (host's monotonic clock).", ["job"],
+            namespace=namespace, registry=registry, buckets=tuple(claim_buckets),
+        )  # fmt: skip
+        self.lease_lost = Counter(
+            "lease_lost", "Leases this instance lost: fenced (refused by the store) or unrenewed (for lease_ms).",
+            ["job", "cause"], namespace=namespace, registry=registry,
+        )  # fmt: skip
+        self.takeover_delay = Histogram(
+            "takeover_delay_seconds",
+            "Takeovers won here of a run whose lease ran out: the new attempt's start minus the previous"
+            " attempt's lease end as last seen here (store clock).",
+            ["job"], namespace=namespace, registry=registry, buckets=tuple(takeover_buckets),
+        )  # fmt: skip
+        self._live = _LiveRuns(f"{namespace}_live_runs" if namespace else "live_runs")
+        registry.register(self._live)
+        self._lock = threading.Lock()
+        self._jobs: Set[str] = set()
+        self._instrumented: "weakref.WeakSet[LeaseCron]" = weakref.WeakSet()
+        with _CACHE_LOCK:
+            _CACHE.setdefault(registry, {}).setdefault(namespace, self)
+
+    def instrument(self, cron: "LeaseCron") -> None:
+        """Hook these metrics into ``cron`` (before its ``start()``): its events, its store, its live runs."""
+        with self._lock:
+            if cron.running:
+                raise ConfigError(
+                    f"instrument() must be called before cron.start(): {cron!r} is running (the engine already"
+                    " holds its store)"
+                )
+            if cron in self._instrumented:
+                raise ConfigError(f"{cron!r} is already instrumented into these metrics")
+            self._instrumented.add(cron)
+        for name in cron.jobs:
+            self.known(name)
+        for name in RUN_OUTCOMES:
+            cron.on(name, self._on_end)
+        cron.on("lost", self._on_lost)
+        cron.store = _MeteredStore(cron.store, self)
+        self._live.add(cron)
+
+    def known(self, job: str) -> None:
+        """Create the series of ``job`` at zero (done for every job seen), so a rate starts from 0."""
+        if job in self._jobs:
+            return
+        with self._lock:
+            if job in self._jobs:
+                return
+            self._jobs.add(job)
+        for outcome in RUN_OUTCOMES:
+            self.runs.labels(job, outcome)
+        for cause in LOST_CAUSES:
+            self.lease_lost.labels(job, cause)
+        self.claim_seconds.labels(job)
+        self.takeover_delay.labels(job)
+
+    # -- from the events ---------------------------------------------------------------
+
+    def _on_end(self, event: Event) -> None:
+        if event.job is not None:
+            self.runs.labels(event.job, event.type).inc()
+
+    def _on_lost(self, event: Event) -> None:
+        if event.job is not None:
+            fenced = (event.error or "").startswith(_FENCED_PREFIXES)
+            self.lease_lost.labels(event.job, "fenced" if fenced else "unrenewed").inc()
+
+    # -- from the store wrapper ----------------------------------------------------------
+
+    def claimed(self, job: str, reason: str, outcome: str, seconds: Optional[float]) -> None:
+        """Count a claim (``outcome`` ``error`` when it raised) and time it when it was answered."""
+        self.known(job)
+        self.claims.labels(job, reason, outcome).inc()
+        if seconds is not None:
+            self.claim_seconds.labels(job).observe(seconds)
+
+
+class _LiveRuns(Collector):
+    """The gauge of live runs, read from the instrumented instances at each scrape."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._crons: "weakref.WeakSet[LeaseCron]" = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def add(self, cron: "LeaseCron") -> None:
+        with self._lock:
+            self._crons.add(cron)
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self._name, "Handlers executing on this instance now.", labels=["job"])
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._lock:
+            crons = list(self._crons)
+        counts: Dict[str, int] = {}
+        for cron in crons:
+            for name in cron.jobs:
+                counts.setdefault(name, 0)
+            for run in cron.live_runs():
+                counts[run.job] = counts.get(run.job, 0) + 1
+        family = self._family()
+        for job, count in sorted(counts.items()):
+            family.add_metric([job], count)
+        return [family]
+
+
+class _MeteredStore(DelegatingStore):
+    """The instance's store, with every claim counted and timed, and the lease ends it answers remembered."""
+
+    def __init__(self, inner: Store, metrics: Metrics) -> None:
+        super().__init__(inner)
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        #: (job, slot_ms) -> the run as last seen running (for the takeover delay)
+        self._seen: "collections.OrderedDict[Tuple[str, int], Run]" = collections.OrderedDict()
+
+    def claim(
+        self,
+        job: str,
+        slot_ms: int,
+        *,
+        runner: str,
+        reason: str = SCHEDULE,
+        lease_ms: int = 30_000,
+        max_attempts: int = 3,
+        max_late_ms: int = 30_000,
+        overlap: str = "skip",
+        history_size: int = 100,
+    ) -> Claim:
+        """The inner store's claim, counted by reason and outcome and timed."""
+        began = time.perf_counter()
+        try:
+            claim = super().claim(
+                job, slot_ms, runner=runner, reason=reason, lease_ms=lease_ms, max_attempts=max_attempts,
+                max_late_ms=max_late_ms, overlap=overlap, history_size=history_size,
+            )  # fmt: skip
+        except Exception:
+            self._metrics.claimed(job, reason, "error", None)
+            raise
+        took = time.perf_counter() - began
+        self._metrics.claimed(job, reason, claim.outcome if claim.outcome in OUTCOMES else "other", took)
+        self._note(job, slot_ms, reason, claim)
+        return claim
+
+    def __repr__(self) -> str:
+        return f"<{self.inner!r} with Prometheus metrics>"
+
+    def unfinished(self, job: str) -> List[Run]:
+        """The inner store's running runs of ``job``; their lease ends are remembered."""
+        runs = super().unfinished(job)
+        with self._lock:
+            for run in runs:
+                self._remember(run)
+        return runs
+
+    def _note(self, job: str, slot_ms: int, reason: str, claim: Claim) -> None:
+        run = claim.run
+        delay_ms: Optional[int] = None
+        with self._lock:
+            if claim.outcome in ("running", "overlap") and run is not None:
+                self._remember(run)  # for overlap, the earlier run, which is watched too
+            elif claim.outcome in (WON, "done", "none"):
+                previous = self._seen.pop((job, slot_ms), None)
+                if claim.outcome == WON and reason == TAKEOVER and run is not None:
+                    delay_ms = _takeover_delay_ms(previous, run)
+        if delay_ms is not None:
+            self._metrics.takeover_delay.labels(job).observe(delay_ms / 1000)
+
+    def _remember(self, run: Run) -> None:
+        key = (run.job, run.slot_ms)
+        self._seen[key] = run
+        self._seen.move_to_end(key)
+        while len(self._seen) > _SEEN_MAX:
+            self._seen.popitem(last=False)
+
+
+def _takeover_delay_ms(previous: Optional[Run], won: Run) -> Optional[int]:
+    """``won.started_ms`` minus the previous attempt's lease end as last seen, or None when not measurable."""
+    if previous is None or previous.attempt != won.attempt - 1:
+        return None  # never saw the attempt that was replaced
+    if won.handed_over and not previous.handed_over:
+        return None  # released after the last look: the lease ended at the release
+    delay = won.started_ms - previous.lease_end_ms
+    return delay if delay >= 0 else None  # negative: the lease was ended early (released), not run out
