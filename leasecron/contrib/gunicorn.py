@@ -1,0 +1,329 @@
+"""gunicorn: every worker of a gunicorn server runs the app's :class:`~leasecron.LeaseCron`.
+
+In ``gunicorn.conf.py``::
+
+    from leasecron.contrib.gunicorn import hooks
+
+    globals().update(hooks("app:cron"))
+
+:func:`hooks` returns gunicorn's server hooks by name, as a dict. The target
+names the cron as ``"module:attr"``: a ``LeaseCron``, or a Flask app whose
+``extensions["leasecron"]`` is one. A conf that has hooks of its own calls
+the methods of a :class:`GunicornHooks` from them instead.
+
+What each hook does, and in which process:
+
+``on_starting``, ``pre_fork`` (the master)
+    The master runs no job. A ``LeaseCron`` running there (an app loaded
+    with ``preload_app`` that calls ``start()`` at import time) is stopped,
+    its live runs handed over, with a warning in gunicorn's log; each worker
+    starts it after the fork. The master never imports the target itself.
+``on_reload`` (the master, on HUP, before it forks the new workers)
+    Counts the reload (see below).
+``post_fork`` (each worker, right after the fork)
+    Imports the target and calls ``cron.start()``.
+``worker_abort`` (a worker the master kills for its ``timeout``: SIGABRT)
+    Makes the stop that follows short (:data:`ABORT_STOP_S`): the master
+    sends SIGKILL about a second later.
+``worker_exit`` (each worker, on its way out: TERM, HUP, INT/QUIT, ``max_requests``)
+    ``cron.stop()``: every live run is handed over to a backup (a handler
+    that raises when its signal aborts is released; one that returns is
+    finished). The wait is the cron's ``stop_timeout_ms``, cut to gunicorn's
+    ``graceful_timeout`` and ``timeout`` less :data:`STOP_MARGIN_S`, so the
+    master's SIGKILL does not come in the middle of it. TERM, INT and QUIT
+    are ignored while it stops: a second signal does not cut the hand-over
+    short.
+    (gunicorn may call ``worker_exit`` in the master for a worker that is
+    already gone; the hook does nothing there.) No ``worker_int`` hook is
+    needed: gunicorn calls ``worker_exit`` after it.
+
+On HUP gunicorn forks the new workers and at once sends TERM to the old
+ones, which would stop their crons while the new workers still import the
+app: no worker would run the jobs, and a run handed over then would find no
+backup. So the generations overlap: a worker that a reload replaces keeps
+its cron running in ``worker_exit`` until a worker forked after the reload
+has started its own (at most :data:`LINGER_MAX_S`; INT or QUIT, a quick
+shutdown, end the wait), and only then stops. Master and workers count
+reloads and started generations in a few bytes of shared memory that the
+master maps when it reads the conf, before any fork.
+
+The fork rule (:mod:`leasecron.scheduler`): a ``LeaseCron`` that runs when
+its process forks is *stopped* in the child. The child's copy holds no
+threads and no leases, logs a warning that says so, and runs jobs only once
+``start()`` is called in the child. It is never restarted on its own: a
+forked child may be a ``multiprocessing`` worker or a gunicorn master,
+where running jobs is not wanted. These hooks are where the restart is
+wanted: the master runs nothing, and ``post_fork`` starts the cron in each
+worker, so no worker is left with a dead copy.
+
+A worker that dies without ``worker_exit`` (SIGKILL, out of memory, the
+master's kill after ``graceful_timeout``) hands nothing over: its leases run
+out and another worker, which watches its runs as a backup, takes them over.
+The sync and gthread workers are tested; async workers (gevent, eventlet)
+are not supported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import mmap
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from ..errors import ConfigError
+from ..scheduler import _INSTANCES, LeaseCron
+
+__all__ = ["GunicornHooks", "hooks", "find_cron", "ABORT_STOP_S", "STOP_MARGIN_S", "LINGER_MAX_S"]
+
+#: How long (s) a worker killed for its timeout (SIGABRT) waits for its handlers in ``worker_exit``.
+ABORT_STOP_S = 0.5
+#: Seconds kept free before gunicorn's ``graceful_timeout`` (and ``timeout``) ends a stopping worker.
+STOP_MARGIN_S = 1.0
+#: The longest (s) a worker that a reload replaces waits for a new worker to start its cron.
+LINGER_MAX_S = 10.0
+#: How often (s) a lingering worker looks whether a new worker started.
+_LINGER_POLL_S = 0.02
+
+#: gunicorn's Arbiter and Worker (gunicorn ships no type hints).
+Server = Any
+Worker = Any
+
+
+class _Generations:
+    """Two counters in anonymous shared memory, mapped before any fork, so the master and
+    all its workers (old and new) see the same values: the reloads the master made, and the
+    newest generation (reload count at its fork) of a worker that started its cron."""
+
+    def __init__(self) -> None:
+        self._memory = mmap.mmap(-1, 8)  # MAP_SHARED | MAP_ANONYMOUS: inherited by every fork
+        self._reloads = ctypes.c_uint32.from_buffer(self._memory, 0)
+        self._started = ctypes.c_uint32.from_buffer(self._memory, 4)
+
+    @property
+    def reloads(self) -> int:
+        """How many reloads (HUP) the master made."""
+        return int(self._reloads.value)
+
+    @property
+    def started(self) -> int:
+        """The newest generation of a worker whose cron started."""
+        return int(self._started.value)
+
+    def reloaded(self) -> None:
+        """The master reloads: the workers it forks next are a new generation."""
+        self._reloads.value += 1
+
+    def start(self, generation: int) -> None:
+        """A worker of ``generation`` started its cron."""
+        if generation > self._started.value:
+            self._started.value = generation
+
+
+_GENERATIONS = _Generations()
+
+
+def find_cron(target: str) -> LeaseCron:
+    """Import ``"module:attr"`` and return the ``LeaseCron`` it names.
+
+    ``attr`` may be dotted. The object is a ``LeaseCron``, or a Flask app
+    whose ``extensions["leasecron"]`` is one. Raises
+    :class:`~leasecron.ConfigError` saying what was found instead.
+    """
+    module_name, attr = _split(target)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ConfigError(f"leasecron: cannot import {module_name!r} (from {target!r}): no such module") from None
+        raise
+    obj: object = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"leasecron: module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, LeaseCron):
+        return obj
+    extensions = getattr(obj, "extensions", None)
+    if isinstance(extensions, dict) and isinstance(extensions.get("leasecron"), LeaseCron):
+        return extensions["leasecron"]  # type: ignore[no-any-return]
+    raise ConfigError(
+        f"leasecron: {target} is a {type(obj).__name__}: expected a leasecron.LeaseCron,"
+        ' or a Flask app whose extensions["leasecron"] is one'
+    )
+
+
+def _split(target: str) -> Tuple[str, str]:
+    if not isinstance(target, str):
+        raise ConfigError(f"leasecron: the cron's target must be a 'module:attr' string, not {target!r}")
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"leasecron: expected module:attr (for example 'app:cron'), not {target!r}")
+    return module_name, attr
+
+
+def _running_crons() -> List[LeaseCron]:
+    """The ``LeaseCron`` instances of this process that are started."""
+    return [cron for cron in list(_INSTANCES) if cron.running]
+
+
+class GunicornHooks:
+    """gunicorn server hooks that run ``target``'s cron in the workers (see the module docstring).
+
+    ``target`` is a ``"module:attr"`` string (imported in each worker, never
+    in the master) or the ``LeaseCron`` itself.
+    """
+
+    def __init__(self, target: Union[str, LeaseCron]) -> None:
+        if not isinstance(target, LeaseCron):
+            _split(target)  # a malformed target fails when gunicorn reads its conf
+        self.target = target
+        self._cron: Optional[LeaseCron] = None
+        self._generation = 0
+        self._aborted = False
+
+    def cron(self) -> LeaseCron:
+        """The cron: ``target`` itself, or imported from it."""
+        return self.target if isinstance(self.target, LeaseCron) else find_cron(self.target)
+
+    def as_dict(self) -> Dict[str, Callable[..., None]]:
+        """The hooks by gunicorn's setting names, for ``globals().update(...)`` in a conf file."""
+        return {
+            "on_starting": self.on_starting,
+            "on_reload": self.on_reload,
+            "pre_fork": self.pre_fork,
+            "post_fork": self.post_fork,
+            "worker_abort": self.worker_abort,
+            "worker_exit": self.worker_exit,
+        }
+
+    # -- the master ------------------------------------------------------------------
+
+    def on_starting(self, server: Server) -> None:
+        """Master, at start (after ``preload_app`` loaded the app): stop any cron running here."""
+        self._nothing_runs_in_master(server)
+
+    def on_reload(self, server: Server) -> None:
+        """Master, on HUP: the workers forked next are a new generation."""
+        _GENERATIONS.reloaded()
+
+    def pre_fork(self, server: Server, worker: Worker) -> None:
+        """Master, before each fork: stop any cron running here, so no worker is forked from one."""
+        self._nothing_runs_in_master(server)
+
+    def _nothing_runs_in_master(self, server: Server) -> None:
+        for cron in _running_crons():
+            server.log.warning(
+                "leasecron: LeaseCron %r was running in the gunicorn master (pid %d): stopping it there. The master"
+                " runs no job; each worker starts the cron after the fork (post_fork). Do not call start() at import"
+                " time of an app that gunicorn preloads (preload_app).",
+                cron.runner,
+                os.getpid(),
+            )
+            cron.stop()
+
+    # -- each worker ---------------------------------------------------------------------
+
+    def post_fork(self, server: Server, worker: Worker) -> None:
+        """Worker, right after the fork: import the target and start the cron."""
+        self._generation = _GENERATIONS.reloads
+        cron = self._cron = self.cron()
+        cron.start()
+        _GENERATIONS.start(self._generation)
+        worker.log.info("leasecron: worker %d runs %r", os.getpid(), cron)
+        wanted = cron.stop_timeout_ms / 1000
+        allowed = self._stop_allowed(worker.cfg)
+        if wanted > allowed:
+            worker.log.warning(
+                "leasecron: the cron's stop_timeout_ms (%d) is more than gunicorn allows a stopping worker"
+                " (graceful_timeout %s s, timeout %s s, less %.1f s): a stopping worker waits %.1f s for its handlers",
+                cron.stop_timeout_ms,
+                worker.cfg.graceful_timeout,
+                worker.cfg.timeout,
+                STOP_MARGIN_S,
+                allowed,
+            )
+
+    def worker_abort(self, worker: Worker) -> None:
+        """Worker, killed for its timeout (SIGABRT): the stop in ``worker_exit`` will be short."""
+        self._aborted = True
+
+    def worker_exit(self, server: Server, worker: Worker) -> None:
+        """Worker, on its way out: once a reload's new worker runs the cron, stop it, handing
+        every live run over to a backup."""
+        cron = self._cron
+        if cron is None or getattr(worker, "pid", None) != os.getpid():
+            return  # the cron never started here, or gunicorn calls this in the master for a vanished worker
+        allowed = ABORT_STOP_S if self._aborted else self._stop_allowed(worker.cfg)
+        began = time.monotonic()
+        hurry: List[int] = []  # a signal handler only appends: no lock is taken in it
+
+        def quick(signum: int, frame: Any) -> None:
+            hurry.append(signum)
+
+        previous = _set_signals(quick, signal.SIG_IGN)
+        try:
+            if not self._aborted and _GENERATIONS.reloads > self._generation and os.getppid() == worker.ppid:
+                self._linger(worker, min(LINGER_MAX_S, allowed / 2), hurry)
+            _set_signals(signal.SIG_IGN, signal.SIG_IGN)
+            timeout = min(cron.stop_timeout_ms / 1000, max(0.0, allowed - (time.monotonic() - began)))
+            worker.log.info("leasecron: worker %d stopping its cron (waits up to %.1f s)", os.getpid(), timeout)
+            cron.stop(timeout=timeout)
+        finally:
+            _restore_signals(previous)
+
+    def _linger(self, worker: Worker, most_s: float, hurry: List[int]) -> None:
+        """Keep the cron running until a worker of a newer generation started its own, at most
+        ``most_s``, or until INT or QUIT (a quick shutdown) lands in ``hurry``."""
+        deadline = time.monotonic() + most_s
+        worker.log.info(
+            "leasecron: worker %d runs its cron until a new worker runs one (at most %.1f s)", os.getpid(), most_s
+        )
+        while _GENERATIONS.started <= self._generation:
+            if hurry or time.monotonic() >= deadline:
+                worker.log.warning(
+                    "leasecron: worker %d stops its cron with no new worker running one (%s)",
+                    os.getpid(),
+                    "quick shutdown" if hurry else f"waited {most_s:.1f} s",
+                )
+                return
+            time.sleep(_LINGER_POLL_S)
+
+    @staticmethod
+    def _stop_allowed(cfg: Any) -> float:
+        """How long a stopping worker may wait before the master kills it, less the margin."""
+        limits = [float(cfg.graceful_timeout)]
+        if cfg.timeout:  # the master's timeout check goes on for the workers a reload replaces
+            limits.append(float(cfg.timeout))
+        return max(0.0, min(limits) - STOP_MARGIN_S)
+
+
+def hooks(target: Union[str, LeaseCron]) -> Dict[str, Callable[..., None]]:
+    """gunicorn's server hooks that run ``target``'s cron in the workers, by setting name.
+
+    ``globals().update(hooks("app:cron"))`` in ``gunicorn.conf.py`` installs
+    ``on_starting``, ``on_reload``, ``pre_fork``, ``post_fork``,
+    ``worker_abort`` and ``worker_exit``. See :class:`GunicornHooks`.
+    """
+    return GunicornHooks(target).as_dict()
+
+
+_Handler = Any  # a signal handler: a callable, SIG_IGN or SIG_DFL
+
+
+def _set_signals(quick: _Handler, term: _Handler) -> Dict[int, Any]:
+    """INT and QUIT (a quick shutdown) to ``quick``, TERM to ``term`` (main thread only); the
+    handlers they had."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    wanted = {signal.SIGINT: quick, signal.SIGQUIT: quick, signal.SIGTERM: term}
+    return {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
+
+
+def _restore_signals(previous: Dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
