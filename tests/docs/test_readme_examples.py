@@ -29,3 +29,9 @@ def test_readme_block_is_the_file_the_tests_run(path: str) -> None:
     file = ROOT / path
     assert file.is_file(), f"README shows {path}, which does not exist"
     assert EXAMPLES[path] == file.read_text(encoding="utf-8"), f"README block differs from {path}"
+
+
+def test_every_example_file_is_shown_in_the_readme() -> None:
+    """Each file under examples/ is a README block: no example is tested that readers cannot see."""
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*") if p.is_file())
+    assert files and sorted(EXAMPLES) == [f for f in files if "__pycache__" not in f]
