@@ -116,7 +116,7 @@ from store_ops import (
 import leasecron
 from leasecron import Claim, Context, Event, LeaseCron, Run, Store, open_store
 from leasecron.clock import StoreClock
-from leasecron.stores import SQLiteStore
+from leasecron.stores import DelegatingStore, SQLiteStore
 from leasecron.stores.postgres import PostgresStore
 from leasecron.stores.redis import RedisStore, job_keys
 
@@ -152,7 +152,7 @@ T = TypeVar("T")
 # ===================================================================================
 
 
-class CountingStore(Store):
+class CountingStore(DelegatingStore):
     """A real store whose every call is counted and timed, then passed on unchanged.
 
     Calls about a slot (claim, heartbeat, finish, release, get_run) are
@@ -164,8 +164,7 @@ class CountingStore(Store):
     """
 
     def __init__(self, store: Store) -> None:
-        self._store = store
-        self.kind = store.kind
+        super().__init__(store)
         self._lock = threading.Lock()
         #: (operation, slot_ms) -> [calls, nanoseconds]
         self.by_slot: Dict[Tuple[str, int], List[int]] = {}
@@ -226,7 +225,7 @@ class CountingStore(Store):
         history_size: int = 100,
     ) -> Claim:
         call = partial(
-            self._store.claim, job, slot_ms, runner=runner, reason=reason, lease_ms=lease_ms,
+            self.inner.claim, job, slot_ms, runner=runner, reason=reason, lease_ms=lease_ms,
             max_attempts=max_attempts, max_late_ms=max_late_ms, overlap=overlap, history_size=history_size,
         )  # fmt: skip
         sent_ns = time.time_ns()
@@ -236,44 +235,30 @@ class CountingStore(Store):
         return claim
 
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        call = partial(self._store.heartbeat, job, slot_ms, token, lease_ms)
+        call = partial(self.inner.heartbeat, job, slot_ms, token, lease_ms)
         return self._call("heartbeat", slot_ms, call, _answered("heartbeat"))
 
     def finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None) -> bool:
-        call = partial(self._store.finish, job, slot_ms, token, status, error)
+        call = partial(self.inner.finish, job, slot_ms, token, status, error)
         return self._call(f"finish {status}", slot_ms, call, _answered(f"finish {status}"))
 
     def release(self, job: str, slot_ms: int, token: str) -> bool:
-        return self._call("release", slot_ms, partial(self._store.release, job, slot_ms, token), _answered("release"))
+        return self._call("release", slot_ms, partial(self.inner.release, job, slot_ms, token), _answered("release"))
 
     def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        return self._call("get_run", slot_ms, partial(self._store.get_run, job, slot_ms))
+        return self._call("get_run", slot_ms, partial(self.inner.get_run, job, slot_ms))
 
     def now_ms(self) -> int:
-        return self._call("now_ms", None, self._store.now_ms)
+        return self._call("now_ms", None, self.inner.now_ms)
 
     def unfinished(self, job: str) -> List[Run]:
-        return self._call("unfinished", None, partial(self._store.unfinished, job))
+        return self._call("unfinished", None, partial(self.inner.unfinished, job))
 
     def runs(self, job: str, limit: int = 20) -> List[Run]:
-        return self._call("runs", None, partial(self._store.runs, job, limit))
+        return self._call("runs", None, partial(self.inner.runs, job, limit))
 
     def jobs(self) -> List[str]:
-        return self._call("jobs", None, self._store.jobs)
-
-    # -- passed on uncounted ---------------------------------------------------------
-
-    def server_version(self) -> str:
-        return self._store.server_version()
-
-    def durability_warnings(self) -> List[str]:
-        return self._store.durability_warnings()
-
-    def close(self) -> None:
-        self._store.close()
-
-    def __repr__(self) -> str:
-        return f"<CountingStore {self._store!r}>"
+        return self._call("jobs", None, self.inner.jobs)
 
 
 def _answered(op: str) -> Callable[[bool], str]:

@@ -82,6 +82,7 @@ from urllib.parse import urlsplit  # noqa: E402
 
 from leasecron import Aborted, Claim, Context, Event, LeaseCron, Run, Store, open_store  # noqa: E402
 from leasecron.runs import SCHEDULE  # noqa: E402
+from leasecron.stores import DelegatingStore  # noqa: E402
 
 from .checker import DEFAULT_JOBS  # noqa: E402
 
@@ -162,19 +163,18 @@ class Recorder:
             self._file.close()
 
 
-class RecordingStore(Store):
+class RecordingStore(DelegatingStore):
     """A real store with every claim, heartbeat, finish and release logged.
 
     Each call is passed on unchanged; the line is written once the call
     returned (or raised), with the monotonic times around it. Other methods
-    delegate silently. It remembers the attempt of each token it saw won, so
+    pass through (:class:`~leasecron.stores.DelegatingStore`). It remembers the attempt of each token it saw won, so
     heartbeat, finish and release lines carry the attempt too.
     """
 
     def __init__(self, store: Store, recorder: Recorder) -> None:
-        self._store = store
+        super().__init__(store)
         self._rec = recorder
-        self.kind = store.kind
         self._attempts: Dict[str, int] = {}
 
     # -- logged ----------------------------------------------------------------------
@@ -194,7 +194,7 @@ class RecordingStore(Store):
     ) -> Claim:
         t0 = time.monotonic_ns()
         try:
-            claim = self._store.claim(
+            claim = self.inner.claim(
                 job,
                 slot_ms,
                 runner=runner,
@@ -224,17 +224,17 @@ class RecordingStore(Store):
 
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         return self._call(
-            "heartbeat", job, slot_ms, token, {}, lambda: self._store.heartbeat(job, slot_ms, token, lease_ms)
+            "heartbeat", job, slot_ms, token, {}, lambda: self.inner.heartbeat(job, slot_ms, token, lease_ms)
         )
 
     def finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None) -> bool:
         extra = {"status": status, "failure": error}
         return self._call(
-            "finish", job, slot_ms, token, extra, lambda: self._store.finish(job, slot_ms, token, status, error)
+            "finish", job, slot_ms, token, extra, lambda: self.inner.finish(job, slot_ms, token, status, error)
         )
 
     def release(self, job: str, slot_ms: int, token: str) -> bool:
-        return self._call("release", job, slot_ms, token, {}, lambda: self._store.release(job, slot_ms, token))
+        return self._call("release", job, slot_ms, token, {}, lambda: self.inner.release(job, slot_ms, token))
 
     def _call(self, ev: str, job: str, slot_ms: int, token: str, extra: Dict[str, Any], call: Any) -> bool:
         ids = {"job": job, "slot_ms": slot_ms, "token": token, "attempt": self._attempts.get(token)}
@@ -248,35 +248,6 @@ class RecordingStore(Store):
         recv = time.monotonic_ns()
         self._rec.log(ev, ok=ok, sent_mono_ns=sent, recv_mono_ns=recv, **ids, **extra)
         return ok
-
-    # -- delegated silently --------------------------------------------------------------
-
-    def now_ms(self) -> int:
-        return self._store.now_ms()
-
-    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        return self._store.get_run(job, slot_ms)
-
-    def unfinished(self, job: str) -> List[Run]:
-        return self._store.unfinished(job)
-
-    def runs(self, job: str, limit: int = 20) -> List[Run]:
-        return self._store.runs(job, limit)
-
-    def jobs(self) -> List[str]:
-        return self._store.jobs()
-
-    def server_version(self) -> str:
-        return self._store.server_version()
-
-    def durability_warnings(self) -> List[str]:
-        return self._store.durability_warnings()
-
-    def close(self) -> None:
-        self._store.close()
-
-    def __repr__(self) -> str:
-        return f"<RecordingStore {self._store!r}>"
 
 
 def _run_fields(run: Optional[Run]) -> Dict[str, Any]:
