@@ -41,6 +41,7 @@ import os
 import select
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -98,7 +99,10 @@ def _no_nul(text: str) -> str:
 
 
 class _Pool:
-    """At most ``size`` connections to ``dsn``, handed out one caller at a time."""
+    """At most ``size`` connections to ``dsn``, handed out one caller at a time.
+
+    A forked child's pools start empty, with fresh locks (``os.register_at_fork``).
+    """
 
     def __init__(self, psycopg2: Any, dsn: str, size: int, timeout_s: float) -> None:
         # timeout_s: for a connect when the DSN's connect_timeout is 0 (libpq: wait for ever)
@@ -113,12 +117,17 @@ class _Pool:
         self._cond = threading.Condition()
         self._pid = os.getpid()
         self._closed = False
+        _POOLS.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        # Runs in the child before any of its threads: the parent's connections are not ours, and
+        # a parent's thread may have held the lock at the fork (it would never be released here).
+        self._cond = threading.Condition()
+        self._pid, self._idle, self._count = os.getpid(), [], 0
 
     def getconn(self) -> Any:
         deadline = time.monotonic() + POOL_WAIT_S
         with self._cond:
-            if self._pid != os.getpid():  # a forked child: the parent's connections are not ours
-                self._pid, self._idle, self._count = os.getpid(), [], 0
             while not self._idle and self._count >= self._size:
                 if self._closed:
                     raise StoreError("the PostgreSQL store is closed")
@@ -167,6 +176,18 @@ class _Pool:
         if self._pid == os.getpid():
             for conn in idle:
                 _close_quietly(conn)
+
+
+_POOLS: "weakref.WeakSet[_Pool]" = weakref.WeakSet()
+
+
+def _reset_pools_after_fork() -> None:
+    for pool in list(_POOLS):
+        pool._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pools_after_fork)
 
 
 class _Cursor:

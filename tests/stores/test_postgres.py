@@ -633,3 +633,40 @@ def test_durability_warnings_name_fsync_off(own_server: pg_servers.PgServer) -> 
             with conn.cursor() as cur:
                 cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             conn.close()
+
+
+@pytest.mark.processes
+def test_a_child_forked_while_a_thread_holds_the_pool_lock_can_use_the_store(
+    schema: str, opened: Callable[..., Any]
+) -> None:
+    """A fork while another thread of the parent holds the pool's lock (say, mid-getconn) leaves the
+    child a pool of its own, with a fresh lock and no connection of the parent's: its store calls work."""
+    store = opened(f"{_base_url()}?schema={schema}")
+    _win(store, job="parent")
+    pool = store._pool
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pool._cond:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if a claim works within the alarm
+            signal.alarm(20)
+            code = 1
+            try:
+                code = 0 if store.claim("child", store.now_ms() - 1_000, runner="child").won else 3
+            finally:
+                os._exit(code)
+    finally:
+        release.set()
+        holder.join(10)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert store.get_run("child", store.runs("child")[0].slot_ms) is not None
+    assert store.claim("parent2", store.now_ms() - 1_000, runner="r").won  # the parent's pool still works
