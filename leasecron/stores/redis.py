@@ -249,7 +249,7 @@ class RedisStore(Store):
             except StoreError as exc:  # the claim stands; this process registers before its next claim
                 with self._lock:
                     self._registered.discard(job)
-                log.warning("could not add job %r to %s (%s); will retry", job, self._jobs_key, exc)
+                log.warning("leasecron: could not add job %r to %s (%s); will retry", job, self._jobs_key, exc)
         run = _run(job, reply[1], reply[2]) if len(reply) >= 3 else None
         return Claim(_text(reply[0]), run)
 
