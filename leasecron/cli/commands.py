@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any, List, Optional, Tuple
 
+from ..clock import StoreClock
 from ..errors import ConfigError
 from ..runs import Run
 from ..scheduler import LeaseCron
@@ -195,22 +196,16 @@ def _check(store: Store) -> List[str]:
 
 
 def _clock_offset(store: Store, samples: int = 5) -> Tuple[float, float]:
-    """The store's clock minus the local wall clock, from the sample with the shortest round trip.
+    """The store's clock minus the local wall clock, and the round trip, in ms, from the sample
+    with the shortest round trip (as an instance measures it, :class:`~leasecron.clock.StoreClock`).
 
     A store's clock counts whole milliseconds (it truncates), so its true time
     lies in ``[now_ms, now_ms + 1)``: the middle, ``now_ms + 0.5``, is compared.
     """
-    best: Optional[Tuple[float, float]] = None
-    for _ in range(samples):
-        before_wall = time.time_ns() / 1e6
-        before = time.perf_counter()
-        store_ms = store.now_ms()
-        trip = (time.perf_counter() - before) * 1000
-        offset = store_ms + 0.5 - (before_wall + trip / 2)
-        if best is None or trip < best[1]:
-            best = (offset, trip)
-    assert best is not None
-    return best
+    clock = StoreClock(store)
+    clock.sync(samples)
+    assert clock.round_trip_ms is not None
+    return clock.offset_ms + 0.5, clock.round_trip_ms
 
 
 # -- run ---------------------------------------------------------------------------------
