@@ -11,7 +11,7 @@ from .options import JobOptions, resolve_options
 from .schedules import Schedule, ScheduleSpec, make_schedule
 from .stores.base import check_job_name
 
-__all__ = ["Job", "make_job"]
+__all__ = ["Job", "make_job", "job_name", "job_schedule"]
 
 Handler = Callable[..., Any]
 
@@ -35,6 +35,18 @@ def make_job(
     overrides: Mapping[str, Any],
 ) -> Job:
     """Validate a registration; raise :class:`~leasecron.ConfigError` naming the job and option."""
+    name = job_name(func, name)
+    options = resolve_options(defaults, overrides, name)
+    sched = job_schedule(name, schedule, options.tz)
+    return Job(name=name, func=func, schedule=sched, options=options, takes_context=_takes_context(func))
+
+
+def job_name(func: Handler, name: object) -> str:
+    """The name a job registers under: ``name``, or ``"module.qualname"`` of ``func`` when None.
+
+    Raises :class:`~leasecron.ConfigError` for a handler that is not callable
+    and for a name that is empty or no store can keep.
+    """
     if not callable(func):
         raise ConfigError(f"job handler must be callable, not {func!r}")
     if name is None:
@@ -42,12 +54,15 @@ def make_job(
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"job name must be a non-empty string, not {name!r}")
     check_job_name(name)  # what every store can keep: no NUL, no lone surrogate, at most 1 KiB
-    options = resolve_options(defaults, overrides, name)
+    return name
+
+
+def job_schedule(name: str, schedule: ScheduleSpec, tz: str) -> Schedule:
+    """The job's schedule; :class:`~leasecron.ConfigError` naming the job for a bad one."""
     try:
-        sched = make_schedule(schedule, options.tz)
+        return make_schedule(schedule, tz)
     except ConfigError as exc:
         raise ConfigError(f"job {name!r}: schedule: {exc}") from None
-    return Job(name=name, func=func, schedule=sched, options=options, takes_context=_takes_context(func))
 
 
 def _takes_context(func: Handler) -> bool:

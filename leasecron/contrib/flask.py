@@ -75,10 +75,10 @@ except ImportError as exc:  # pragma: no cover - the test environment has Flask
 from ..cli import commands
 from ..errors import ConfigError, LeaseCronError
 from ..events import EVENT_TYPES, Callback, Event
-from ..jobs import Handler
+from ..jobs import Handler, job_name, job_schedule
 from ..options import OPTION_NAMES, check_option
 from ..scheduler import LeaseCron
-from ..schedules import ScheduleSpec, make_schedule
+from ..schedules import ScheduleSpec
 from ..stores import Store, open_store
 
 __all__ = ["LeaseCronExtension", "CONFIG_KEYS", "EXTENSION_KEY", "cli"]
@@ -143,20 +143,12 @@ class LeaseCronExtension:
         (:class:`~leasecron.ConfigError` naming the job); the rest when an
         app is initialised.
         """
-        if not callable(func):
-            raise ConfigError(f"job handler must be callable, not {func!r}")
-        if name is None:
-            name = f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', repr(func))}"
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"job name must be a non-empty string, not {name!r}")
+        name = job_name(func, name)
         if any(name == known for known, _, _, _ in self._jobs):
             raise ConfigError(f"job {name!r} is already registered")
         for option, value in options.items():
             check_option(option, value, name)
-        try:
-            make_schedule(schedule, options.get("tz", "UTC"))
-        except ConfigError as exc:
-            raise ConfigError(f"job {name!r}: schedule: {exc}") from None
+        job_schedule(name, schedule, options.get("tz", "UTC"))
         for app, cron in self._apps:
             cron.add_job(_in_app_context(app, func), schedule, name=name, **options)
         self._jobs.append((name, func, schedule, dict(options)))

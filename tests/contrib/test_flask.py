@@ -213,6 +213,7 @@ def test_registration_errors_are_raised_at_once() -> None:
         (lambda: ext.add_job(lambda: None, HOURLY, name="taken"), "job 'taken' is already registered"),
         (lambda: ext.add_job("not callable", HOURLY, name="x"), "must be callable"),
         (lambda: ext.add_job(lambda: None, HOURLY, name=" "), "non-empty string"),
+        (lambda: ext.add_job(lambda: None, HOURLY, name="a\x00b"), "NUL"),
         (lambda: ext.on("finished", lambda e: None), "unknown event 'finished'"),
         (lambda: LeaseCronExtension(lease=5), "unknown option 'lease' (did you mean 'lease_ms'?)"),
     ]
