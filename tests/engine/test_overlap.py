@@ -109,7 +109,7 @@ def test_skipped_slot_claimed_later_by_another_instance_is_backed_up_by_the_skip
     long_run = gates()
     options = dict(lease_ms=500, heartbeat_ms=heartbeat, catch_up_ms=0)
     a, b = make_cron("a", **options), make_cron("b", **options)
-    rec_b = Recorder(b)
+    rec_a, rec_b = Recorder(a), Recorder(b)
     calls = Calls()
 
     def body(ctx: Context) -> None:
@@ -124,6 +124,8 @@ def test_skipped_slot_claimed_later_by_another_instance_is_backed_up_by_the_skip
     new = first + 1_000
     skip = rec_b.wait("skip", timeout=3, slot_ms=new)
     assert skip.reason == "overlap"
+    # a's own (jittered) claim of the new slot must be answered too, or a would win it once its run ends
+    assert rec_a.wait("skip", timeout=3, slot_ms=new).reason == "overlap"
     long_run.set()  # the earlier run ends...
     wait_for(lambda: stored(b.store, "job", first).status == "success", 1)
     a.stop(timeout=1)
