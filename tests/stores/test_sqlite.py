@@ -63,6 +63,23 @@ def test_schema_is_stamped_with_version_1(db: Path) -> None:
     assert rows == [("schema_version", "1")]
 
 
+@pytest.mark.parametrize("query", ["interrupt_expired", "live_before", "running"])
+def test_queries_of_running_runs_search_the_running_index(db: Path, query: str) -> None:
+    """The queries a claim makes about running runs search the partial index of running rows,
+    never the job's whole history (a claim's cost must not grow with history_size)."""
+    with leasecron.open_store(_url(db, table="myruns")) as store:
+        _win(store)
+        assert isinstance(store, SQLiteStore)
+        sql = store._q[query]
+    params = {"job": JOB, "before_ms": 1, "now_ms": 1, "why": "x"}
+    conn = sqlite3.connect(db)
+    try:
+        plan = " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    finally:
+        conn.close()
+    assert "USING INDEX myruns_running" in plan, plan
+
+
 def test_newer_schema_version_raises_store_error(db: Path) -> None:
     """A table stamped with a newer schema version makes the store raise StoreError saying to upgrade."""
     with leasecron.open_store(_url(db)) as store:
