@@ -6,8 +6,9 @@
   store: it hands every store call to
 * **the claim pool** (the backup pollers): a few threads that send claims —
   scheduled, catch-up and takeover — and act on the outcome;
-* **for each live run a run thread and a heartbeat thread**
-  (:mod:`leasecron.live`).
+* **for each live run a run thread, and a heartbeat loop once it has run for
+  a heartbeat** (:mod:`leasecron.live`), on worker threads that are reused
+  from run to run and exit when idle (:mod:`leasecron.workers`).
 
 A claim's outcome decides what this instance does: ``won`` starts a live
 run; ``running`` makes it a backup of the run, re-checked with a takeover
@@ -42,6 +43,7 @@ from .retry import call_until
 from .runs import CATCH_UP, LATE_TOLERANCE_MS, SCHEDULE, TAKEOVER, WON, Claim, Run
 from .stores import Store
 from .timers import Timers
+from .workers import Workers
 
 __all__ = ["Engine"]
 
@@ -86,6 +88,8 @@ class Engine:
         self._pending: Set["Future[Any]"] = set()
         self._timers = Timers(clock, self._on_task_error)
         self._pool = ThreadPoolExecutor(claim_threads, thread_name_prefix="leasecron-claims")
+        #: The threads of the live runs: their handlers and heartbeat loops.
+        self.workers = Workers()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -118,6 +122,8 @@ class Engine:
         deadline = time.monotonic() + wait_s
         log.info("leasecron: stopping runner %r: %d live run(s)", self.runner, len(live))
         self._timers.stop(timeout=1.0)
+        for run in live:  # the scheduler thread no longer starts heartbeat loops: the handlers may take a while
+            run.start_beating()
         with self._lock:
             pending = list(self._pending)
         for future in pending:
@@ -130,6 +136,7 @@ class Engine:
         for run in leftovers:
             run.abandon()
         self._pool.shutdown(wait=False)
+        self.workers.close()
         self._stopped.set()
         log.info("leasecron: stopped runner %r", self.runner)
 

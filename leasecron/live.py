@@ -1,10 +1,14 @@
-"""A live run: the attempt this instance won, with its run thread and heartbeat thread.
+"""A live run: the attempt this instance won, with its run thread and heartbeat loop.
 
-The run thread calls the handler and then records the end: ``finish
-(success)`` when it returned, ``finish(failed)`` when it raised, ``release``
-(a hand-over) when it raised after ``stop()`` aborted its signal.
+Both run on the engine's :class:`~leasecron.workers.Workers`, threads reused
+from run to run. The run thread calls the handler and then records the end:
+``finish(success)`` when it returned, ``finish(failed)`` when it raised,
+``release`` (a hand-over) when it raised after ``stop()`` aborted its signal.
 
-The heartbeat thread renews the lease every ``heartbeat_ms``. It keeps a
+The heartbeat loop starts once the run has lasted ``heartbeat_ms`` (the
+scheduler thread starts it then; ``stop()`` starts it at once for every live
+run, as the scheduler thread stops first), so a run shorter than that needs
+one thread, not two. It renews the lease every ``heartbeat_ms``. It keeps a
 *local deadline*: the monotonic time the last successful renewal was sent,
 plus ``lease_ms``. The store's lease cannot end before it, so a runner that
 has not renewed by then may already have been replaced. The run is then
@@ -84,7 +88,11 @@ class LiveRun:
         self._state = RUNNING
         self._lock = threading.Lock()
         self._stop_beating = threading.Event()
-        self._heartbeat_thread = threading.Thread(target=self._beat, daemon=True)
+        #: When the first heartbeat is due (monotonic); the loop starts then, or at stop().
+        self._first_beat = time.monotonic() + job.options.heartbeat_ms / 1000
+        self._beating = False  # the heartbeat loop was handed to a worker
+        self._beat_done = threading.Event()
+        self._name = f"{run.job}@{run.slot_ms}#{run.attempt}"
 
     @property
     def key(self) -> Tuple[str, int]:
@@ -92,12 +100,19 @@ class LiveRun:
         return (self.run.job, self.run.slot_ms)
 
     def start(self) -> None:
-        """Start the run thread and the heartbeat thread."""
-        name = f"{self.run.job}@{self.run.slot_ms}#{self.run.attempt}"
+        """Run the handler on a worker; the heartbeat loop follows after ``heartbeat_ms``."""
         self._watch_deadline()
-        self._heartbeat_thread.name = f"leasecron-heartbeat-{name}"
-        self._heartbeat_thread.start()
-        threading.Thread(target=self._execute, name=f"leasecron-run-{name}", daemon=True).start()
+        self.engine.call_at_monotonic(self._first_beat, self.start_beating)
+        self.engine.workers.submit(f"leasecron-run-{self._name}", self._execute)
+
+    def start_beating(self) -> None:
+        """Hand the heartbeat loop to a worker (once; not after the run stopped beating).
+        Called early, the loop still waits for the first heartbeat's time."""
+        with self._lock:
+            if self._beating or self._stop_beating.is_set():
+                return
+            self._beating = True
+        self.engine.workers.submit(f"leasecron-heartbeat-{self._name}", self._beat)
 
     # -- the run thread --------------------------------------------------------
 
@@ -116,8 +131,11 @@ class LiveRun:
         finally:
             # "ended" means no thread of this run touches the store any more: a
             # heartbeat still in flight is waited for (at most one lease).
-            self._stop_beating.set()
-            self._heartbeat_thread.join(self._lease_s)
+            with self._lock:
+                self._stop_beating.set()
+                beating = self._beating
+            if beating:
+                self._beat_done.wait(self._lease_s)
             self.ended.set()
             self.engine.run_ended(self)
 
@@ -194,12 +212,20 @@ class LiveRun:
         self.lose(f"the store refused to record the end ({status}): another attempt holds the run")
         return False
 
-    # -- the heartbeat thread -----------------------------------------------------
+    # -- the heartbeat loop -------------------------------------------------------
 
     def _beat(self) -> None:
+        try:
+            self._beat_until_stopped()
+        finally:
+            self._beat_done.set()
+
+    def _beat_until_stopped(self) -> None:
         store, run = self.engine.store, self.run
         lease_ms = self.job.options.lease_ms
-        while not self._stop_beating.wait(self.job.options.heartbeat_ms / 1000):
+        wait_s = max(0.0, self._first_beat - time.monotonic())
+        while not self._stop_beating.wait(wait_s):
+            wait_s = self.job.options.heartbeat_ms / 1000
             sent = time.monotonic()
             try:
                 renewed = call_until(

@@ -9,7 +9,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from leasecron import Context, Event, Signal
+from leasecron import Context, Event, Signal, Store
+from leasecron.stores import DelegatingStore
+from tests.conftest import Backend
 from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
     CATCH_UP_HOUR,
@@ -181,3 +183,43 @@ def test_raising_callbacks_are_logged_and_do_not_stop_the_scheduler(
     messages = [r.getMessage() for r in caplog.records if r.name == "leasecron"]
     assert any("callback" in m for m in messages), messages
     assert any(r.exc_info and "callback broke on start" in str(r.exc_info[1]) for r in caplog.records)
+
+
+class HeartbeatCount(DelegatingStore):
+    """A real store that counts the heartbeats sent through it."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.heartbeats = 0
+
+    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
+        self.heartbeats += 1
+        return super().heartbeat(job, slot_ms, token, lease_ms)
+
+
+def test_runs_reuse_a_worker_thread(make_cron: MakeCron) -> None:
+    """Handlers run on worker threads reused from run to run: three runs of a 1 s job, one thread."""
+    cron = make_cron("a", catch_up_ms=0)
+    rec = Recorder(cron)
+    idents = []
+    cron.add_job(lambda: idents.append(threading.get_ident()), 1, name="job")
+    cron.start()
+    wait_for(lambda: len(rec.of("success")) >= 3, 5)
+    assert len(idents) >= 3 and len(set(idents)) == 1, idents
+
+
+def test_a_run_shorter_than_a_heartbeat_sends_none_and_a_longer_one_renews(
+    make_cron: MakeCron, backend: Backend
+) -> None:
+    """The heartbeat loop starts once a run has lasted heartbeat_ms: a quick run sends no heartbeat;
+    a run of 4 heartbeats renews its lease every heartbeat."""
+    store = HeartbeatCount(backend.open())
+    cron = make_cron("a", store=store, catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(cron)
+    cron.add_job(lambda: None, HOURLY, name="quick")
+    cron.start()
+    rec.wait("success", job="quick")
+    assert store.heartbeats == 0
+    cron.add_job(lambda: threading.Event().wait(4 * HEARTBEAT / 1000), HOURLY, name="long")
+    rec.wait("success", job="long")
+    assert 2 <= store.heartbeats <= 4

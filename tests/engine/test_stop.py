@@ -20,6 +20,7 @@ from tests.engine.support import (
     handler,
     latest_hourly_slot,
     stored,
+    wait_store_time,
 )
 from tests.helpers import wait_for
 
@@ -99,6 +100,30 @@ def test_handler_that_returns_on_stop_is_finished_as_success(make_cron: MakeCron
     a.stop(timeout=2)
     run = stored(a.store, "job", ctx.slot_ms)
     assert (run.status, run.attempt, run.handed_over, run.token) == ("success", 1, False, ctx.token)
+    assert [e.type for e in rec.of()] == ["start", "success"]
+
+
+def test_stop_renews_the_lease_of_a_handler_that_outlives_it(make_cron: MakeCron) -> None:
+    """stop() keeps renewing the leases of the handlers it waits for, also of a run stopped before
+    its first heartbeat (whose heartbeat loop had not started): never lost, finished as success."""
+    a = make_cron("a", catch_up_ms=CATCH_UP_HOUR, lease_ms=600, heartbeat_ms=200)
+    rec = Recorder(a)
+    calls = Calls()
+    leases = []
+
+    def body(ctx: Context) -> None:
+        leases.append(stored(a.store, "job", ctx.slot_ms).lease_end_ms)
+        if ctx.signal.wait(5):  # stopped: wind down for longer than the lease
+            wait_store_time(a.store, leases[0] + 300)
+            leases.append(stored(a.store, "job", ctx.slot_ms).lease_end_ms)
+
+    a.add_job(handler(a.store, calls, body), HOURLY, name="job")
+    a.start()
+    ctx = calls.wait(1, timeout=3)[0]
+    a.stop(timeout=5)
+    assert len(leases) == 2 and leases[1] > leases[0] + 300, leases
+    run = stored(a.store, "job", ctx.slot_ms)
+    assert (run.status, run.attempt, run.token) == ("success", 1, ctx.token)
     assert [e.type for e in rec.of()] == ["start", "success"]
 
 
