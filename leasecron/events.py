@@ -8,8 +8,8 @@ start    this instance starts an attempt                         schedule, catch
 success  the handler returned and the finish was recorded
 failed   the handler raised; recorded as failed (``error``)
 skip     a claim was refused                                     overlap, late, early
-lost     the lease was lost: fenced by a newer attempt, or not
-         renewable for ``lease_ms`` (``error`` says which)
+lost     the lease was lost: fenced by a newer attempt, or not   fenced, unrenewed
+         renewable for ``lease_ms`` (``error`` says more)
 handover the run was released on ``stop()`` for a backup
 error    a store operation or a scheduler task failed (``error``)
 ======== ======================================================= ===================

@@ -42,6 +42,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["LiveRun"]
 
 RUNNING, FINISHING, ENDED, LOST_STATE, ABANDONED = "running", "finishing", "ended", "lost", "abandoned"
+#: The reasons of a ``lost`` event: the store holds another attempt (or refused the token),
+#: or the lease could not be renewed for ``lease_ms``.
+FENCED, UNRENEWED = "fenced", "unrenewed"
 _MAX_ERROR_CHARS = 4_000
 
 
@@ -203,13 +206,13 @@ class LiveRun:
             if call_until(once, self._deadline):
                 return True
         except Exception as exc:  # noqa: BLE001 - gave up: the lease cannot be trusted any longer
-            self.lose(f"could not record the end ({status}) before the lease ran out: {error_text(exc)}")
+            self.lose(UNRENEWED, f"could not record the end ({status}) before the lease ran out: {error_text(exc)}")
             return False
         if tries > 1 and status in (SUCCESS, FAILED):  # an earlier try may have landed
             stored = self.engine.store.get_run(self.run.job, self.run.slot_ms)
             if stored is not None and stored.token == self.run.token and stored.status == status:
                 return True
-        self.lose(f"the store refused to record the end ({status}): another attempt holds the run")
+        self.lose(FENCED, f"the store refused to record the end ({status}): another attempt holds the run")
         return False
 
     # -- the heartbeat loop -------------------------------------------------------
@@ -235,7 +238,8 @@ class LiveRun:
                 )
             except Exception as exc:  # noqa: BLE001 - judged by the deadline below
                 if time.monotonic() >= self._deadline:
-                    self.lose(f"the lease could not be renewed for lease_ms ({lease_ms} ms): {error_text(exc)}")
+                    why = f"the lease could not be renewed for lease_ms ({lease_ms} ms): {error_text(exc)}"
+                    self.lose(UNRENEWED, why)
                     return
                 line = "leasecron: heartbeat failed job %r slot %s attempt %d runner %r (retrying): %s"
                 log.warning(line, *self._ids, exc)
@@ -252,7 +256,7 @@ class LiveRun:
                 log.debug(line, *self._ids, lease_ms)
                 self._watch_deadline()
             elif self._state == RUNNING:
-                self.lose("heartbeat refused: the run has another token now")
+                self.lose(FENCED, "heartbeat refused: the run has another token now")
                 return
             else:  # finishing: the run thread's finish decides
                 return
@@ -281,20 +285,21 @@ class LiveRun:
 
     def _check_deadline(self) -> None:
         if time.monotonic() >= self._deadline and self._state in (RUNNING, FINISHING):
-            self.lose(f"the lease was not renewed for lease_ms ({self.job.options.lease_ms} ms)")
+            self.lose(UNRENEWED, f"the lease was not renewed for lease_ms ({self.job.options.lease_ms} ms)")
 
     # -- transitions -----------------------------------------------------------------
 
-    def lose(self, why: str) -> bool:
-        """The run is no longer ours: abort the signal, emit ``lost``, never touch it again."""
+    def lose(self, cause: str, why: str) -> bool:
+        """The run is no longer ours: abort the signal, emit ``lost`` (reason ``cause``:
+        :data:`FENCED` or :data:`UNRENEWED`; error ``why``), never touch it again."""
         with self._lock:
             if self._state not in (RUNNING, FINISHING):
                 return False
             self._state = LOST_STATE
         self._stop_beating.set()
         self.signal.abort(LOST)
-        log.warning("leasecron: lost job %r slot %s attempt %d runner %r: %s", *self._ids, why)
-        self.engine.emit("lost", self.run, error=why)
+        log.warning("leasecron: lost job %r slot %s attempt %d runner %r (%s): %s", *self._ids, cause, why)
+        self.engine.emit("lost", self.run, reason=cause, error=why)
         return True
 
     def abandon(self) -> bool:

@@ -83,6 +83,7 @@ except ImportError as exc:  # pragma: no cover - tested in a process without pro
 
 from ..errors import ConfigError
 from ..events import Event
+from ..live import FENCED, UNRENEWED
 from ..runs import OUTCOMES, SCHEDULE, TAKEOVER, WON, Claim, Run
 from ..stores import DelegatingStore, Store
 
@@ -98,9 +99,8 @@ TAKEOVER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 #: The ``outcome`` values of ``runs_total``: the events that end an attempt.
 RUN_OUTCOMES = ("success", "failed", "lost", "handover")
 #: The ``cause`` values of ``lease_lost_total``.
-LOST_CAUSES = ("fenced", "unrenewed")
+LOST_CAUSES = (FENCED, UNRENEWED)
 #: How the ``lost`` event's ``error`` begins when the store refused the run (see leasecron/live.py).
-_FENCED_PREFIXES = ("heartbeat refused", "the store refused")
 #: How many runs' last seen lease ends a store wrapper remembers (the oldest are forgotten).
 _SEEN_MAX = 4096
 
@@ -221,8 +221,7 @@ class Metrics:
 
     def _on_lost(self, event: Event) -> None:
         if event.job is not None:
-            fenced = (event.error or "").startswith(_FENCED_PREFIXES)
-            self.lease_lost.labels(event.job, "fenced" if fenced else "unrenewed").inc()
+            self.lease_lost.labels(event.job, event.reason or UNRENEWED).inc()
 
     # -- from the store wrapper ----------------------------------------------------------
 

@@ -98,6 +98,7 @@ def test_refused_heartbeat_aborts_with_lost_and_the_run_is_never_touched_again(
     assert rec.time_of(lost) <= released_at + HEARTBEAT + MARGIN
     assert (lost.job, lost.slot_ms, lost.attempt, lost.runner) == ("job", ctx.slot_ms, 1, "a")
     assert lost.run is not None and lost.run.token == ctx.token and lost.error
+    assert lost.reason == "fenced"
     wait_for(lambda: a.live_runs() == [] and len(calls.returned) == 1, 3)
     assert seen == {"aborted": True, "reason": "lost"}
     with pytest.raises(Aborted):
@@ -131,7 +132,7 @@ def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(p
         lost_at = t.rec.time_of(lost)
         assert lost_at <= lease_end + 50, (lost_at - lease_end)
         assert lost_at >= lease_end - lease // 2, "gave up long before lease_ms without a renewal"
-        assert "lease" in (lost.error or "")
+        assert "lease" in (lost.error or "") and lost.reason == "unrenewed"
         wait_for(lambda: seen == ["lost"], 2)
         # a heartbeat sent just before the deadline may still be waiting in the store (it gives
         # up after 50 ms); let it fail, then make the store reachable again: no new write follows
@@ -176,6 +177,7 @@ def test_handler_returning_after_a_takeover_is_refused_and_lost(
     go.set()  # returns at once, racing a's next heartbeat: either way the run is lost
     lost = rec.wait("lost", timeout=2)
     assert lost.attempt == 1 and lost.run is not None and lost.run.token == ctx.token
+    assert lost.reason == "fenced"  # the heartbeat or the finish was refused
     wait_for(lambda: a.live_runs() == [], 2)
     assert rec.of("success") == [] and rec.of("failed") == []
     run = stored(other, "job", ctx.slot_ms)

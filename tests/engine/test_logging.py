@@ -203,7 +203,7 @@ def test_lost_lease_is_a_warning_line_saying_why(
     assert other.claim("job", ctx.slot_ms, runner="taker", reason="takeover", lease_ms=30_000).outcome == "won"
     rec.wait("lost", timeout=2)
     line = (
-        f"leasecron: lost job 'job' slot {iso(ctx.slot_ms)} attempt 1 runner 'a':"
+        f"leasecron: lost job 'job' slot {iso(ctx.slot_ms)} attempt 1 runner 'a' (fenced):"
         " heartbeat refused: the run has another token now"
     )
     assert wait_record(caplog, re.escape(line)).levelno == logging.WARNING
