@@ -58,9 +58,8 @@ ORDER BY slot_ms DESC LIMIT 1;
 -- name: interrupt_expired
 -- Takes: job, before_ms, now_ms, why. Marks interrupted the running runs with
 -- an earlier slot whose lease ended: a newer run started first. Left to
--- itself SQLite would scan the job's whole history by primary key (170 us a
--- claim at history_size 100, growing with it); the partial index holds only
--- the running rows.
+-- itself SQLite scans the job's whole history by primary key (a claim took
+-- 2.1 ms at history_size 10,000); the partial index holds only the running rows.
 UPDATE {table} INDEXED BY {table}_running
 SET status = 'interrupted', error = :why, finished_ms = :now_ms
 WHERE job = :job AND status = 'running' AND slot_ms < :before_ms AND lease_end_ms <= :now_ms;
