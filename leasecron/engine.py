@@ -121,9 +121,9 @@ class Engine:
             return
         deadline = time.monotonic() + wait_s
         log.info("leasecron: stopping runner %r: %d live run(s)", self.runner, len(live))
-        self._timers.stop(timeout=1.0)
-        for run in live:  # the scheduler thread no longer starts heartbeat loops: the handlers may take a while
-            run.start_beating()
+        # The scheduler thread runs on while the handlers wind down: it starts their heartbeat
+        # loops and declares lost a run whose store stopped answering, at its local deadline.
+        # Nothing new is claimed: every claim goes through _submit, which refuses while stopping.
         with self._lock:
             pending = list(self._pending)
         for future in pending:
@@ -131,6 +131,7 @@ class Engine:
         for run in live:
             run.signal.abort(STOP)
         self._wait_until(lambda: all(r.ended.is_set() for r in live) and all(f.done() for f in pending), deadline)
+        self._timers.stop(timeout=1.0)
         with self._lock:
             leftovers = list(self._live.values())
         for run in leftovers:

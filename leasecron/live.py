@@ -6,9 +6,8 @@ from run to run. The run thread calls the handler and then records the end:
 ``release`` (a hand-over) when it raised after ``stop()`` aborted its signal.
 
 The heartbeat loop starts once the run has lasted ``heartbeat_ms`` (the
-scheduler thread starts it then; ``stop()`` starts it at once for every live
-run, as the scheduler thread stops first), so a run shorter than that needs
-one thread, not two. It renews the lease every ``heartbeat_ms``. It keeps a
+scheduler thread starts it then, also while ``stop()`` waits for the
+handlers), so a run shorter than that needs one thread, not two. It renews the lease every ``heartbeat_ms``. It keeps a
 *local deadline*: the monotonic time the last successful renewal was sent,
 plus ``lease_ms``. The store's lease cannot end before it, so a runner that
 has not renewed by then may already have been replaced. The run is then
@@ -91,7 +90,7 @@ class LiveRun:
         self._state = RUNNING
         self._lock = threading.Lock()
         self._stop_beating = threading.Event()
-        #: When the first heartbeat is due (monotonic); the loop starts then, or at stop().
+        #: When the first heartbeat is due (monotonic); the loop starts then.
         self._first_beat = time.monotonic() + job.options.heartbeat_ms / 1000
         self._beating = False  # the heartbeat loop was handed to a worker
         self._beat_done = threading.Event()
@@ -109,8 +108,7 @@ class LiveRun:
         self.engine.workers.submit(f"leasecron-run-{self._name}", self._execute)
 
     def start_beating(self) -> None:
-        """Hand the heartbeat loop to a worker (once; not after the run stopped beating).
-        Called early, the loop still waits for the first heartbeat's time."""
+        """Hand the heartbeat loop to a worker (once; not after the run stopped beating)."""
         with self._lock:
             if self._beating or self._stop_beating.is_set():
                 return

@@ -199,3 +199,34 @@ def test_store_briefly_unreachable_is_retried_and_the_run_recorded(process_backe
         assert run.status == "success" and run.token == t.ctx.token
         assert run.finished_ms is not None and run.finished_ms < lease_end
         assert t.rec.of("lost") == []
+
+def test_runner_stopping_while_its_store_hangs_is_lost_by_its_local_deadline(process_backend: Backend) -> None:
+    """While stop() waits for a handler, a store that hangs every call for longer than the lease
+    still finds the runner fenced by its local deadline (the scheduler thread watches it until
+    stop() returns), not when the hung heartbeat gives up."""
+    lease = 600
+    go = threading.Event()
+
+    def body(ctx: Context) -> None:
+        go.wait(5)  # deaf to stop(): winds down only when the test says so
+
+    with live_run_on_stallable(process_backend, 3 * lease, lease, body) as t:  # a call hangs for 1.8 s
+        first = t.stored().lease_end_ms
+        wait_for(lambda: t.stored().lease_end_ms > first, 2)  # renewals work
+        t.locker.take()
+        lease_end = t.stored().lease_end_ms
+        stopper = threading.Thread(target=t.cron.stop, kwargs={"timeout": 5}, daemon=True)
+        stopper.start()
+        try:
+            lost = t.rec.wait("lost", timeout=(lease + 1_000) / 1000)
+            lost_at = t.rec.time_of(lost)
+            # by the deadline (a margin for a loaded machine); the hung heartbeat alone would
+            # only give up 1.8 s after it was sent, over a second past the deadline
+            assert lost_at <= lease_end + 250, (lost_at - lease_end)
+            assert lost.reason == "unrenewed"
+        finally:
+            go.set()
+            t.locker.give_back()
+            stopper.join(5)
+        assert not stopper.is_alive()
+
