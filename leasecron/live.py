@@ -7,14 +7,15 @@ from run to run. The run thread calls the handler and then records the end:
 
 The heartbeat loop starts once the run has lasted ``heartbeat_ms`` (the
 scheduler thread starts it then, also while ``stop()`` waits for the
-handlers), so a run shorter than that needs one thread, not two. It renews the lease every ``heartbeat_ms``. It keeps a
-*local deadline*: the monotonic time the last successful renewal was sent,
-plus ``lease_ms``. The store's lease cannot end before it, so a runner that
-has not renewed by then may already have been replaced. The run is then
-*lost*, exactly as when a heartbeat is refused (fencing): the signal aborts
-with reason ``"lost"``, the ``lost`` event fires, and this instance never
-touches the run again. The scheduler thread also watches the deadline, so a
-store call that hangs cannot keep a runner from fencing itself.
+handlers), so a run shorter than that needs one thread, not two. It renews
+the lease every ``heartbeat_ms``. It keeps a *local deadline*: the monotonic
+time the last successful renewal was sent, plus ``lease_ms``. The store's
+lease cannot end before it, so a runner that has not renewed by then may
+already have been replaced. The run is then *lost*, exactly as when a
+heartbeat is refused (fencing): the signal aborts with reason ``"lost"``,
+the ``lost`` event fires, and this instance never touches the run again. The
+scheduler thread also watches the deadline, so a store call that hangs
+cannot keep a runner from fencing itself.
 
 States: ``running`` -> ``finishing`` -> ``ended``; ``running`` or
 ``finishing`` -> ``lost``; ``running`` -> ``abandoned`` (the stop timeout

@@ -100,7 +100,6 @@ TAKEOVER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 RUN_OUTCOMES = ("success", "failed", "lost", "handover")
 #: The ``cause`` values of ``lease_lost_total``.
 LOST_CAUSES = (FENCED, UNRENEWED)
-#: How the ``lost`` event's ``error`` begins when the store refused the run (see leasecron/live.py).
 #: How many runs' last seen lease ends a store wrapper remembers (the oldest are forgotten).
 _SEEN_MAX = 4096
 

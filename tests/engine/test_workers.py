@@ -28,7 +28,7 @@ class Log:
             self.items.append(item)
 
 
-def test_a_task_runs_under_its_name_and_the_idle_thread_is_renamed() -> None:
+def test_a_worker_is_a_daemon_named_leasecron_worker_when_idle() -> None:
     workers = Workers(idle_s=5)
     seen = Log()
     workers.submit("leasecron-run-job@0#1", lambda: seen.add(threading.current_thread()))
