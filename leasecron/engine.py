@@ -56,6 +56,9 @@ DRIFT_RESYNC_GAP_S = 1.0
 #: A claim for a slot further than this in the future (ms, on the estimate of the store's clock) is
 #: not sent but planned for when the slot is due: it was chosen before the clock was read.
 NOT_DUE_SLACK_MS = 100
+#: How long stop() waits, once the live runs ended, for store calls in flight (claims, the
+#: start-up's reads): a claim that wins after that is released at once, without a handler.
+IN_FLIGHT_WAIT_S = 0.1
 #: When the store does not answer at start: the first wait before the start-up
 #: (clock, recovery of each job) is tried again, doubled after each failure up to the last.
 BOOT_RETRY_MS = (500, 30_000)
@@ -109,8 +112,8 @@ class Engine:
 
     def stop(self, wait_s: float) -> None:
         """Abort every live run (reason ``"stop"``), wait up to ``wait_s`` for the
-        handlers and for claims in flight, then abandon what still runs.
-        A second call waits for the first to finish."""
+        handlers, then at most :data:`IN_FLIGHT_WAIT_S` for store calls in flight,
+        and abandon what still runs. A second call waits for the first to finish."""
         with self._lock:
             first = not self._stopping
             self._stopping = True
@@ -130,7 +133,10 @@ class Engine:
             future.cancel()
         for run in live:
             run.signal.abort(STOP)
-        self._wait_until(lambda: all(r.ended.is_set() for r in live) and all(f.done() for f in pending), deadline)
+        self._wait_until(lambda: all(r.ended.is_set() for r in live), deadline)
+        # A claim in flight that wins is handed straight back (_start_run), also after stop()
+        # returned; a start-up still waiting on a store that never answered is simply left.
+        self._wait_until(lambda: all(f.done() for f in pending), min(deadline, time.monotonic() + IN_FLIGHT_WAIT_S))
         self._timers.stop(timeout=1.0)
         with self._lock:
             leftovers = list(self._live.values())

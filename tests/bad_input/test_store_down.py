@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -196,3 +197,48 @@ def test_stop_while_the_store_is_down_is_prompt_and_ends_every_store_call(caplog
     threading.Event().wait(1.5)  # anything still retrying would give up, and log, within this
     late = [r.getMessage() for r in caplog.records if r.created > stopped_at and r.threadName.startswith("leasecron")]
     assert late == [], late
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port whose listener accepts every connection and never answers (a hung server)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: List[socket.socket] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    done.set()
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "postgresql"])
+@pytest.mark.parametrize("after_s", [0.3, 1.2])
+def test_stop_is_prompt_while_the_start_up_waits_on_a_store_that_never_answers(
+    silent_port: int, scheme: str, after_s: float
+) -> None:
+    """The start-up's first store call hangs (the server accepts and never answers, default
+    5 s timeouts): stop() returns within about 100 ms plus what live runs need (none here),
+    not when that call gives up."""
+    path = "/0" if scheme == "redis" else "/test"
+    cron, _ = _start_while_down(f"{scheme}://127.0.0.1:{silent_port}{path}")
+    try:
+        time.sleep(after_s)  # the start-up is waiting for the store's answer (no condition to wait for)
+    finally:
+        began = time.monotonic()
+        cron.stop(timeout=5)
+        took = time.monotonic() - began
+    assert took < 0.5, f"stop() took {took:.2f} s"
+    assert not cron.running
