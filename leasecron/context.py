@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from datetime import datetime
-from typing import Optional
+from typing import Callable, List, Optional
 
 from .errors import Aborted
 
@@ -28,6 +29,7 @@ class Signal(threading.Event):
         super().__init__()
         self._reason: Optional[str] = None
         self._reason_lock = threading.Lock()
+        self._callbacks: List[Callable[[], None]] = []
 
     @property
     def aborted(self) -> bool:
@@ -45,8 +47,29 @@ class Signal(threading.Event):
             if self._reason is not None:
                 return False
             self._reason = reason
+            callbacks, self._callbacks = self._callbacks, []
         self.set()
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the abort stands; a failing callback is only reported
+                logging.getLogger("leasecron").exception("leasecron: an abort callback failed")
         return True
+
+    def on_abort(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` once the run is aborted (at once if it already is), in the
+        aborting thread. Returns a function that cancels the call if it has not happened."""
+        with self._reason_lock:
+            if self._reason is None:
+                self._callbacks.append(callback)
+                return lambda: self._forget(callback)
+        callback()
+        return lambda: None
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._reason_lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
 
     def raise_if_aborted(self) -> None:
         """Raise :class:`~leasecron.Aborted` if the run was aborted."""

@@ -1,7 +1,8 @@
 """A live run: the attempt this instance won, with its run thread and heartbeat loop.
 
 Both run on the engine's :class:`~leasecron.workers.Workers`, threads reused
-from run to run. The run thread calls the handler and then records the end:
+from run to run. The run thread calls the handler (:mod:`leasecron.handlers`:
+a coroutine runs in an event loop of its own) and then records the end:
 ``finish(success)`` when it returned, ``finish(failed)`` when it raised,
 ``release`` (a hand-over) when it raised after ``stop()`` aborted its signal.
 
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Tuple
 from .context import LOST, STOP, Context, Signal
 from .errors import Aborted
 from .events import SlotText, log
+from .handlers import call_handler
 from .retry import call_until
 from .runs import FAILED, SUCCESS, Run
 
@@ -122,10 +124,7 @@ class LiveRun:
         self._began = time.monotonic()  # for the log: how long the handler took
         error: Optional[BaseException] = None
         try:
-            if self.job.takes_context:
-                self.job.func(self.context)
-            else:
-                self.job.func()
+            call_handler(self.job.func, self.job.takes_context, self.context)
         except BaseException as exc:  # noqa: BLE001 - every handler failure is recorded
             error = exc
         try:
