@@ -9,6 +9,9 @@ frozen; a stopping instance *hands its runs over* at once.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any, List
+
 from .context import Context, Signal
 from .errors import Aborted, ConfigError, LeaseCronError, StoreError, StoreUnavailable
 from .events import Event
@@ -16,6 +19,10 @@ from .jobs import Job
 from .runs import Claim, Run
 from .scheduler import LeaseCron
 from .stores import MemoryStore, SQLiteStore, Store, open_store
+
+if TYPE_CHECKING:  # pragma: no cover - resolved lazily by __getattr__ below
+    from .stores.postgres import PostgresStore
+    from .stores.redis import RedisStore
 
 __version__ = "0.1.0.dev0"
 
@@ -29,6 +36,8 @@ __all__ = [
     "LeaseCron",
     "LeaseCronError",
     "MemoryStore",
+    "PostgresStore",
+    "RedisStore",
     "Run",
     "SQLiteStore",
     "Signal",
@@ -38,3 +47,17 @@ __all__ = [
     "open_store",
     "__version__",
 ]
+
+#: The stores whose client library is an optional extra: imported on first use, so that
+#: ``import leasecron`` never imports redis-py or psycopg2 (the store's module imports neither).
+_LAZY = {"RedisStore": "leasecron.stores.redis", "PostgresStore": "leasecron.stores.postgres"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -85,3 +85,20 @@ def _masked(url: str) -> str:
 
 def _known() -> str:
     return ", ".join(f"{s}://" for s in SCHEMES)
+
+
+#: What this package resolves on first use, so that importing it never imports redis-py or
+#: psycopg2: the store classes of the optional backends, and their modules.
+_LAZY = {
+    "RedisStore": "leasecron.stores.redis",
+    "PostgresStore": "leasecron.stores.postgres",
+    "redis": "leasecron.stores.redis",
+    "postgres": "leasecron.stores.postgres",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name])
+    return module if name in ("redis", "postgres") else getattr(module, name)
