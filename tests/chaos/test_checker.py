@@ -34,9 +34,10 @@ def ns(ms: float) -> int:
 class Sim:
     """Builds instance logs, nemesis lines and final records; writes them and runs the checker."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, store: str = "sqlite") -> None:
         self.dir = tmp_path / "logs"
         self.tmp_path = tmp_path
+        self.store = store
         self.logs: Dict[str, List[Dict[str, Any]]] = {}
         self.pids: Dict[str, int] = {}
         self.records: Dict[str, List[Dict[str, Any]]] = {}
@@ -53,7 +54,7 @@ class Sim:
     def instance(self, runner: str, pid: int, at: float = 0) -> None:
         """An instance that logs ready and running."""
         self.pids[runner] = pid
-        self.line(runner, "ready", at, store="sqlite", lease_ms=LEASE, heartbeat_ms=HB)
+        self.line(runner, "ready", at, store=self.store, lease_ms=LEASE, heartbeat_ms=HB)
         self.line(runner, "running", at + 1)
 
     def nemesis(self, action: str, at: float, runner: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
@@ -124,6 +125,15 @@ class Sim:
                "started_ms": slot, "finished_ms": None, "slot": ""}  # fmt: skip
         self.records.setdefault(job, []).append(rec)
         return rec
+
+    def sink_from_records(self) -> None:
+        """A sink holding the final token of every slot recorded as a success."""
+        self.sink_rows = {
+            (r["job"], r["slot_ms"]): (r["attempt"], r["token"])
+            for rs in self.records.values()
+            for r in rs
+            if r["status"] == "success"
+        }
 
     # -- output ------------------------------------------------------------------------------
 
@@ -218,12 +228,7 @@ def clean_run(sim: Sim) -> SimpleNamespace:
     sim.record("every1", 13000, 1, "b-13000", "B", "failed", "RuntimeError: chaos: planned failure")
     sim.nemesis("term", 13900, "B")
     sim.line("B", "stopped", 14000, code=0)
-    sim.sink_rows = {
-        (r["job"], r["slot_ms"]): (r["attempt"], r["token"])
-        for rs in sim.records.values()
-        for r in rs
-        if r["status"] == "success"
-    }
+    sim.sink_from_records()
     return h
 
 
@@ -708,6 +713,131 @@ def test_scheduled_claim_sent_late_by_a_frozen_process_is_excused(tmp_path: Path
     sim.claim("B", "every1", 9_000, 10_305, "late")
     report = sim.check()
     assert not violations(report, "on_time") and report.invariants["on_time"].skipped >= 1
+
+
+def answered_at(line: Dict[str, Any], at: float) -> None:
+    """Make a claim or call line answered, and logged, at ``at`` ms (its send time unchanged)."""
+    key = "t1_mono_ns" if "t1_mono_ns" in line else "recv_mono_ns"
+    line.update({key: ns(at), "mono_ns": ns(at), "wall_ns": ns(at)})
+
+
+def claims_behind_a_frozen_writer(sim: Sim, freeze: bool = True, holds_lock: bool = True) -> None:
+    """After the clean run, the shape of a chaos smoke failure on SQLite (seed 101): D is frozen
+    12 s (``freeze``) in the middle of its finish of every1@20000 (``holds_lock``: sent before
+    the SIGSTOP, answered after the SIGCONT), so it holds the file's write lock throughout. E's
+    claim of every1@21000 gives up after its 1 s busy timeout, and E's claims of every1@22000 and
+    long2@22000 are sent 11 s late, the moment D is continued."""
+    sim.instance("D", 104, 19_000)
+    sim.instance("E", 105, 19_000)
+    sim.won("D", "every1", 20_000, 1, "d-20000", 20_000)
+    sim.claim("E", "every1", 20_000, 20_000, "running", attempt=1, token="d-20000")
+    d = sim.run("D", "every1", 20_000, 1, "d-20000", 20_002, 20_990)
+    sim.record("every1", 20_000, 1, "d-20000", "D", "success")
+    if holds_lock:
+        answered_at(d.finish, 33_001)
+        answered_at(sim.logs["D"][-1], 33_003)  # its success event
+    if freeze:
+        sim.nemesis("stop", 21_000, "D", duration_ms=12_000)
+        sim.nemesis("cont", 33_000, "D")
+    busy = sim.claim("E", "every1", 21_000, 21_000, None)
+    busy["error"] = "StoreUnavailable: SQLite cannot begin a write transaction: the write lock stayed busy for 1000 ms"
+    answered_at(busy, 22_001)
+    for job, at in (("every1", 33_002), ("long2", 33_003)):
+        token = f"e-{job}-22000"
+        sim.won("E", job, 22_000, 1, token, at)
+        sim.run("E", job, 22_000, 1, token, at + 2, at + 300)
+        sim.record(job, 22_000, 1, token, "E", "success")
+    sim.claim("D", "every1", 33_000, 33_005, "overlap", attempt=1, token="e-every1-22000", run_slot=22_000)
+    sim.sink_from_records()
+
+
+def test_claims_held_up_by_an_instance_frozen_holding_the_sqlite_write_lock_are_excused(tmp_path: Path) -> None:
+    """On SQLite, an instance frozen inside a write holds the file's write lock: E's claims, sent
+    11 s late behind it, were held up by the store, and are excused (skipped) as a store fault's."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    claims_behind_a_frozen_writer(sim)
+    report = sim.check()
+    assert report.ok, report.format_table()
+    assert report.invariants["on_time"].skipped >= 2
+    assert report.effects["frozen_writers"] == 1
+
+
+def test_the_same_late_claims_without_a_freeze_are_violations(tmp_path: Path) -> None:
+    """The same claims 11 s late, with no instance frozen: nothing held them up."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    claims_behind_a_frozen_writer(sim, freeze=False, holds_lock=False)
+    report = sim.check()
+    assert len(violations(report, "on_time")) == 2, report.format_table()
+    assert "+11002 ms" in violations(report, "on_time")[0]
+
+
+def test_a_frozen_instance_that_held_no_write_lock_excuses_no_one_else(tmp_path: Path) -> None:
+    """D frozen 12 s between two writes (its finish answered before the SIGSTOP) holds no lock:
+    E's late claims are violations."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    claims_behind_a_frozen_writer(sim, holds_lock=False)
+    report = sim.check()
+    assert len(violations(report, "on_time")) == 2, report.format_table()
+    assert report.effects["frozen_writers"] == 0
+
+
+@pytest.mark.parametrize("store", ["redis", "valkey", "postgresql"])
+def test_on_a_server_store_a_frozen_instance_excuses_no_one_else(tmp_path: Path, store: str) -> None:
+    """On a server store a frozen instance holds no lock over the others, even inside a call."""
+    sim = Sim(tmp_path, store=store)
+    clean_run(sim)
+    claims_behind_a_frozen_writer(sim)
+    report = sim.check()
+    assert len(violations(report, "on_time")) == 2, report.format_table()
+
+
+@pytest.mark.parametrize("holds_lock", [True, False])
+def test_slow_takeover_while_an_instance_was_frozen_on_sqlite(tmp_path: Path, holds_lock: bool) -> None:
+    """The slow takeover of long2@2000 (3.5 s after the SIGKILL) while D was frozen: excused if D
+    was frozen inside a write (it held the write lock, no claim could win), a violation if not."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.b_run_2000.start["mono_ns"] = ns(6600)
+    sim.instance("D", 104, 2_500)
+    backup = sim.claim("D", "skip3", 3_000, 3_290 if holds_lock else 3_000, "running", attempt=1, token="b-3000")
+    sim.nemesis("stop", 3_300, "D", duration_ms=2_700)
+    sim.nemesis("cont", 6_000, "D")
+    if holds_lock:
+        answered_at(backup, 6_001)
+    sim.claim("D", "skip3", 6_000, 6_002, "overlap", attempt=1, token="b-3000", run_slot=3000)
+    report = sim.check()
+    if holds_lock:
+        assert not violations(report, "takeover_delay"), report.format_table()
+        assert report.takeover.excused == 1
+    else:
+        assert_violates(report, "takeover_delay")
+
+
+@pytest.mark.parametrize("fault", ["store-restart", "frozen writer"])
+def test_a_frozen_sqlite_writer_excuses_no_overlap(tmp_path: Path, fault: str) -> None:
+    """B ticks 700 ms beside C's attempt after its SIGCONT. A store restart then excuses it (B's
+    refused heartbeat may have been held up); D frozen inside a write does not: a frozen writer
+    only delays the others' writes, and B stops by its local deadline whatever the store does."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.ticks("B", {"job": "long2", "slot_ms": 8000, "attempt": 1, "token": "b-8000"}, 10311, 11000)
+    if fault == "store-restart":
+        sim.nemesis("store-restart", 10_150, how="sqlite-lock", duration_ms=140)
+    else:
+        sim.instance("D", 104, 9_000)
+        check = sim.claim("D", "long2", 8_000, 10_149, "running", "takeover", attempt=2, token="c-8000-2")
+        sim.nemesis("stop", 10_150, "D", duration_ms=140)
+        sim.nemesis("cont", 10_290, "D")
+        answered_at(check, 10_291)
+    report = sim.check()
+    if fault == "store-restart":
+        assert not violations(report, "overlap_window"), report.format_table()
+    else:
+        assert report.effects["frozen_writers"] == 1
+        assert_violates(report, "overlap_window")
 
 
 def test_skip_win_while_the_store_clock_was_stepped_forward_is_excused(tmp_path: Path) -> None:

@@ -73,8 +73,9 @@ The invariants (names as in :attr:`Report.invariants`):
 ``on_time``              each process's first scheduled claim of a slot was sent (true wall
                          clock: a skewed instance's lines are corrected by its skew) from
                          200 ms before to 1 s after the slot, unless its process was
-                         frozen, not yet running, or hit by a fault, or the store's clock
-                         was stepped within a resync interval (61 s) before.
+                         frozen, not yet running, or hit by a fault (a frozen SQLite
+                         writer included: its claims wait behind the one before), or the
+                         store's clock was stepped within a resync interval (61 s) before.
 ``takeover_delay``       SIGKILL of a runner with a live attempt -> the next
                          attempt's start, within the takeover bound.
 ``handover_delay``       SIGTERM of a runner whose attempt was released -> the
@@ -97,6 +98,19 @@ than passed:
 * a delay that exceeds its bound while a store or network fault, a frozen
   SQLite writer or the lack of any available backup could explain it is
   counted as *excused*, not as a violation;
+* on SQLite, a *frozen writer* is an instance SIGSTOPped inside a store write
+  (a claim, heartbeat, finish or release sent before the freeze and answered
+  after it: each is one ``BEGIN IMMEDIATE`` transaction, which holds the
+  file's write lock), or one whose lines cannot rule it out (frozen before its
+  first write was answered, or logging nothing after the freeze); not one
+  frozen while the nemesis's own locker held the lock. Until it resumes no
+  other instance can write: it counts as a store fault of every runner
+  wherever a delay is judged (``on_time``, the takeover and hand-over delays,
+  a run still ``running`` at the end, the round trip of the bounds), never
+  where an outcome is (the safety invariants, ``dead_runners_only``,
+  ``overlap_window``, ``lost_in_time``: a runner stops by its local deadline
+  whatever the store does). The report's ``frozen_writers`` effect counts
+  them;
 * whether a ``late`` answer was justified (the store's ``now`` at the claim
   is not known); only won claims are checked;
 * the sink's final contents only when :attr:`Config.sink` names the file.
@@ -179,6 +193,7 @@ def _effects(model: Model) -> Dict[str, int]:
         "terms": actions.count("term"),
         "store_restarts": actions.count("store-restart"),
         "stalls": actions.count("stall"),
+        "frozen_writers": len(model.frozen_writers),
     }
 
 

@@ -34,7 +34,7 @@ def bounds_of(model: Model, config: Config) -> Bounds:
     trips = [
         (c["recv_mono_ns"] - c["sent_mono_ns"]) / NS
         for att, c in calls
-        if not model.faulted(c["sent_mono_ns"], c["recv_mono_ns"], att.runner)
+        if not model.faulted(c["sent_mono_ns"], c["recv_mono_ns"], att.runner, frozen_writers=True)
         and not _frozen(model, att.pid, c["sent_mono_ns"], c["recv_mono_ns"])
     ] or [(c["recv_mono_ns"] - c["sent_mono_ns"]) / NS for _, c in calls]
     if not trips:

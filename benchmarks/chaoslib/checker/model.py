@@ -113,6 +113,7 @@ class Proc:
     termed_ns: Optional[int] = None
     frozen: List[List[int]] = dataclasses.field(default_factory=list)  # [stop, cont or INF]
     resumed: List[Tuple[int, int]] = dataclasses.field(default_factory=list)  # (frozen since, SIGCONT)
+    writes: List[Tuple[int, int]] = dataclasses.field(default_factory=list)  # (sent, answered) of each store write
 
     def seen(self, t: int) -> None:
         """A line of this process at ``t``."""
@@ -145,8 +146,27 @@ class Proc:
         """When the process was next SIGSTOPped after ``t`` (INF if never)."""
         return min((s for s, _ in self.frozen if s > t), default=INF)
 
+    def may_hold_write_lock(self, stop: int, cont: int) -> bool:
+        """Whether the process, frozen from ``stop`` to ``cont``, may have held SQLite's write lock.
+
+        Only a store write (claim, heartbeat, finish, release; each one transaction) takes the
+        lock, and a frozen process takes none: it held the lock if it froze inside a write, so a
+        write of it was in flight across the freeze. Where its lines cannot show that, it may
+        have: before its first write was answered (its first operation, even a read, creates the
+        schema in a write), or when it logged nothing after the freeze (killed while frozen, the
+        logs end): a write in flight then never logged its line.
+        """
+        if self.last_ns < cont or stop < min((answered for _, answered in self.writes), default=INF):
+            return True
+        return any(sent <= cont and answered >= stop for sent, answered in self.writes)
+
 
 PROCESS_ACTIONS = {"kill", "stop", "cont", "term", "start-instance"}
+#: The store calls that write, and the fields of their send and answer times.
+WRITE_CALLS = {
+    "claim": ("t0_mono_ns", "t1_mono_ns"), "heartbeat": ("sent_mono_ns", "recv_mono_ns"),
+    "finish": ("sent_mono_ns", "recv_mono_ns"), "release": ("sent_mono_ns", "recv_mono_ns"),
+}  # fmt: skip
 FAULT_ENDS = {
     "stall": ("unstall",), "partition": ("heal",), "latency": ("unlatency", "heal"), "clock-step": ("clock-back",),
 }  # fmt: skip
@@ -168,6 +188,9 @@ class Model:
         self.sink_lines: List[Line] = []
         self.faults: List[Tuple[Optional[str], int, int]] = []  # scope runner (None: all), start, end
         self.clock_steps: List[Tuple[int, int]] = []  # the store's clock was off: from the step to the step back
+        #: On SQLite, the freezes of instances that may have held the file's write lock (stop, cont):
+        #: every other instance's writes waited meanwhile, as in a stall of the store.
+        self.frozen_writers: List[Tuple[int, int]] = []
         self.stores: Set[str] = set()
         self.end_ns = 0
         self.malformed = 0
@@ -199,12 +222,20 @@ class Model:
         """How long a fault's effects are taken to outlast it."""
         return (self.config.lease_ms + 2 * self.config.heartbeat_ms) * NS
 
-    def faulted(self, a: int, b: int, runner: Optional[str] = None, any_scope: bool = False) -> bool:
-        """Whether a store or network fault (of all runners, or of ``runner``) touched ``[a, b]``."""
+    def faulted(
+        self, a: int, b: int, runner: Optional[str] = None, any_scope: bool = False, frozen_writers: bool = False
+    ) -> bool:
+        """Whether a store or network fault (of all runners, or of ``runner``) touched ``[a, b]``.
+
+        With ``frozen_writers`` a freeze of :attr:`frozen_writers` counts as a fault of all
+        runners: the checks of a delay ask for it (a frozen lock holder holds up every write, as
+        a stalled store does); the others do not (it delays writes and changes no outcome, and a
+        runner stops by its local deadline whatever the store does).
+        """
         settle = self.settle_ns()
+        faults = self.faults + [(None, s, e) for s, e in self.frozen_writers] if frozen_writers else self.faults
         return any(
-            (any_scope or scope is None or scope == runner) and s <= b and e + settle >= a
-            for scope, s, e in self.faults
+            (any_scope or scope is None or scope == runner) and s <= b and e + settle >= a for scope, s, e in faults
         )
 
     def clock_stepped(self, a: int, b: int, after_ns: int = 0) -> bool:
@@ -229,12 +260,6 @@ class Model:
                 continue
             return True
         return False
-
-    def sqlite_writer_frozen(self, a: int, b: int, exclude: Optional[int]) -> bool:
-        """On SQLite, whether another process was frozen in ``[a, b]`` (it may hold the write lock)."""
-        if not self.stores & {"sqlite", ""}:
-            return False
-        return any(p.pid != exclude and p.frozen_during(a, b) for p in self.procs.values())
 
 
 def _akey(line: Line) -> Optional[AKey]:
@@ -295,6 +320,7 @@ def build_model(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config
         model.end_ns = max(model.end_ns, att.ticks[-1])
     _apply_nemesis(model)
     _close_unlogged_resumes(model, lines, ticks)
+    _find_frozen_writers(model)
     for job, runs in final_runs.items():
         for run in runs:
             model.slot(job, int(run["slot_ms"])).record = run
@@ -324,6 +350,23 @@ def _close_unlogged_resumes(
         proc.resumed.append((proc.frozen[-1][0], t))
 
 
+def _find_frozen_writers(model: Model) -> None:
+    """On SQLite, :attr:`Model.frozen_writers`: the freezes in which the process may have held the
+    write lock (:meth:`Proc.may_hold_write_lock`), but for those that began while the nemesis's own
+    locker (``how: sqlite-lock``) held it."""
+    if not model.stores & {"sqlite", ""}:
+        return
+    locked = [
+        (n["mono_ns"], n["mono_ns"] + int(n.get("duration_ms") or 0) * NS)
+        for n in model.nemesis
+        if n.get("action") == "store-restart" and n.get("how") == "sqlite-lock"
+    ]
+    for proc in model.procs.values():
+        for stop, cont in proc.frozen:
+            if proc.may_hold_write_lock(stop, cont) and not any(s <= stop <= e for s, e in locked):
+                model.frozen_writers.append((stop, cont))
+
+
 def _index(model: Model, line: Line) -> None:
     ev, t = line["ev"], line["mono_ns"]
     model.end_ns = max(model.end_ns, t)
@@ -340,6 +383,10 @@ def _index(model: Model, line: Line) -> None:
             proc.running_ns = t
         elif ev == "stopped":
             proc.stopped_ns = t
+        elif ev in WRITE_CALLS:
+            sent, answered = (line.get(key) for key in WRITE_CALLS[ev])
+            if isinstance(sent, int) and isinstance(answered, int):
+                proc.writes.append((sent, answered))
     handler = _INDEXERS.get(ev)
     if handler is not None:
         handler(model, line)

@@ -65,8 +65,8 @@ def _stuck(model: Model, slot: Slot, b: Bounds) -> Optional[str]:
     due = ceased + int((b.takeover_ms + interval) * NS)
     if due >= model.end_ns or not model.available(ceased, due, None if last is None else last.pid):
         return None  # the logs end first, or no instance could have taken it over
-    if model.faulted(ceased, due, any_scope=True):
-        return None  # a store or network fault may have kept every claim from the store
+    if model.faulted(ceased, due, any_scope=True, frozen_writers=True):
+        return None  # a store or network fault, or a frozen SQLite writer, may have kept every claim from the store
     who = last.label() if last else f"attempt {rec.get('attempt')}"
     return (
         f"still running: {who} ceased {fmt_ms(model.end_ns - ceased)} before the end;"

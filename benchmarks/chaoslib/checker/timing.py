@@ -114,7 +114,8 @@ def _sent_ns(claim: Line) -> int:
 def check_timing(model: Model, config: Config, not_early: InvariantResult, on_time: InvariantResult) -> None:
     """Instances fire on the store's clock, however skewed their own: no ``early`` answers, and
     each process's first scheduled claim of a slot sent within ``[slot - EARLY_SLACK_MS, slot +
-    FIRE_WINDOW_MS]`` of the true time, unless its process was frozen, starting or hit by a fault."""
+    FIRE_WINDOW_MS]`` of the true time, unless its process was frozen, starting or hit by a fault
+    (on SQLite, another instance frozen inside a write holds the write lock: every claim waits)."""
     first: Dict[Tuple[int, str, int], Line] = {}
     for claim in model.claims:
         t0 = _sent_ns(claim)
@@ -143,7 +144,7 @@ def check_timing(model: Model, config: Config, not_early: InvariantResult, on_ti
             or proc.running_ns is None
             or proc.running_ns > since
             or proc.frozen_during(since, t0)
-            or model.faulted(since, t0, claim.get("runner"))
+            or model.faulted(since, t0, claim.get("runner"), frozen_writers=True)
             or model.clock_stepped(since, t0, RESYNC_NS)
         )
         if -EARLY_SLACK_MS <= lag_ms <= FIRE_WINDOW_MS:
@@ -185,10 +186,8 @@ def _next_start(model: Model, att: Attempt, after: int) -> Optional[Attempt]:
 
 
 def _excused(model: Model, victim: Optional[int], a: int, b: int, bound_ns: int) -> bool:
-    return (
-        model.faulted(a, b, any_scope=True)
-        or model.sqlite_writer_frozen(a, b, victim)
-        or not model.available(a, min(b, a + bound_ns), victim)
+    return model.faulted(a, b, any_scope=True, frozen_writers=True) or not model.available(
+        a, min(b, a + bound_ns), victim
     )
 
 
