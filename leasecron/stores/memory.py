@@ -80,19 +80,24 @@ class MemoryStore(TableStore):
     the process's wall clock. A test may pass another clock, for example one
     that runs ahead of the host's, to show that instances fire on the
     store's clock.
+
+    ``create`` is accepted for the signature every store shares
+    (:func:`~leasecron.open_store`'s ``create=False``): a new memory store
+    is empty, and creating it creates nothing outside this process.
     """
 
     kind = "memory"
 
-    def __init__(self, clock: Optional[Callable[[], int]] = None) -> None:
+    def __init__(self, clock: Optional[Callable[[], int]] = None, *, create: bool = True) -> None:
         self._clock = clock or _wall_ms
+        self.create = create
         self._lock = threading.Lock()
         self._table = _MemoryTable()
 
     @classmethod
-    def from_url(cls, url: str) -> "MemoryStore":
+    def from_url(cls, url: str, *, create: bool = True) -> "MemoryStore":
         """A new, empty store for ``memory://``."""
-        return cls()
+        return cls(create=create)
 
     def now_ms(self) -> int:
         return int(self._clock())

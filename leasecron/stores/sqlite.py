@@ -22,7 +22,9 @@ Many processes on one host share one database file safely:
 The clock is the host's wall clock, shared by all its processes. Operations
 take a connection from a small pool of idle ones; a forked child opens its own. The schema is created on
 first use and stamped with a version in ``<table>_meta`` for later
-migrations. The rules themselves are :mod:`leasecron.stores.rules`.
+migrations; a store opened with ``create=False`` creates nothing (no file,
+no table, no switch to WAL) and fails, naming what is missing, on a
+database that lacks them. The rules themselves are :mod:`leasecron.stores.rules`.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .queries import check_identifier, load_queries
 from .rules import Record, Table, TableStore, read_record
+from .urls import masked_url
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -51,6 +55,11 @@ BUSY_PAUSE_MAX_S = 0.001
 
 #: Idle connections a store keeps open for its next operations.
 MAX_IDLE_CONNECTIONS = 8
+
+#: Why a store did not create what is missing.
+_NOT_CREATED = "(a store with create=False creates nothing)"
+#: The tables of ``names`` (the runs table and its ``_meta``) the database holds, in any case.
+_TABLES_FOUND = "SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND lower(name) IN (lower(?), lower(?))"
 
 
 def _record(row: sqlite3.Row) -> Record:
@@ -108,12 +117,20 @@ class SQLiteStore(TableStore):
     ``table`` names the runs table (``<table>_meta`` holds the schema
     version), so several applications can share one file. ``busy_timeout_ms``
     is how long an operation waits for another process's write lock.
+
+    ``create`` (default true): the first operation creates the file, the
+    tables and the index, and switches the file to WAL. With
+    ``create=False`` the store creates nothing: an operation on a file that
+    does not exist, or that lacks the table, raises
+    :class:`~leasecron.StoreError` naming it, and the file is left as it
+    was. ``create`` may be changed before the first operation (the
+    ``leasecron`` commands that only read switch it off for an app's store).
     """
 
     kind = "sqlite"
 
     def __init__(
-        self, path: str, *, table: str = "leasecron_runs", busy_timeout_ms: int = 5_000
+        self, path: str, *, table: str = "leasecron_runs", busy_timeout_ms: int = 5_000, create: bool = True
     ) -> None:
         if not isinstance(path, str) or not path:
             raise ConfigError(f"SQLite database path must be a non-empty string, not {path!r}")
@@ -122,29 +139,35 @@ class SQLiteStore(TableStore):
         self.path = path
         self.table = check_identifier(table)
         self.busy_timeout_ms = busy_timeout_ms
+        self.create = create
         self._q = load_queries("sqlite", table=self.table)
         self._lock = threading.Lock()
         self._writer = threading.Lock()  # this process's queue for the file's write lock
         self._idle: List[sqlite3.Connection] = []
         self._pid = os.getpid()
-        self._schema_ready = False
+        self._schema_ready = False  # created (or found) by a store that creates
+        self._schema_found = False  # found by a store that does not create
         self._closed = False
 
     @classmethod
-    def from_url(cls, url: str) -> "SQLiteStore":
+    def from_url(cls, url: str, *, create: bool = True) -> "SQLiteStore":
         """Open ``sqlite:///relative.db`` or ``sqlite:////abs/path.db``.
 
-        Query options: ``table`` and ``busy_timeout_ms``.
+        Query options: ``table`` and ``busy_timeout_ms``. ``create``: as the
+        constructor's.
         """
         parts = urlsplit(url)
+        shown = masked_url(url)
         if parts.netloc:
             raise ConfigError(
-                f"SQLite URL {url!r} has a host part: use sqlite:///relative.db or sqlite:////abs/path.db"
+                f"SQLite URL {shown!r} has a host part: use sqlite:///relative.db or sqlite:////abs/path.db"
             )
         path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
         if not path:
-            raise ConfigError(f"SQLite URL {url!r} names no file: use sqlite:///relative.db or sqlite:////abs/path.db")
-        options: Dict[str, Any] = {}
+            raise ConfigError(
+                f"SQLite URL {shown!r} names no file: use sqlite:///relative.db or sqlite:////abs/path.db"
+            )
+        options: Dict[str, Any] = {"create": create}
         for key, values in parse_qs(parts.query, keep_blank_values=True).items():
             if key == "table":
                 options["table"] = values[-1]
@@ -152,9 +175,9 @@ class SQLiteStore(TableStore):
                 try:
                     options["busy_timeout_ms"] = int(values[-1])
                 except ValueError:
-                    raise ConfigError(f"busy_timeout_ms in {url!r} must be an integer") from None
+                    raise ConfigError(f"busy_timeout_ms in {shown!r} must be an integer") from None
             else:
-                raise ConfigError(f"unknown option {key!r} in SQLite URL {url!r}; known: table, busy_timeout_ms")
+                raise ConfigError(f"unknown option {key!r} in SQLite URL {shown!r}; known: table, busy_timeout_ms")
         return cls(path, **options)
 
     def now_ms(self) -> int:
@@ -186,8 +209,10 @@ class SQLiteStore(TableStore):
         if conn is None:
             conn = self._connect()
         try:
-            if not self._schema_ready:
+            if self.create and not self._schema_ready:
                 self._create_schema(conn)
+            elif not self.create and not (self._schema_ready or self._schema_found):
+                self._find_schema(conn)
             yield conn
         finally:
             self._put_back(conn)
@@ -202,15 +227,19 @@ class SQLiteStore(TableStore):
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path,
+                # mode=rw: open the file for reading and writing, never create it
+                self.path if self.create else f"{Path(self.path).absolute().as_uri()}?mode=rw",
                 timeout=self.busy_timeout_ms / 1000,
                 isolation_level=None,
                 check_same_thread=False,
+                uri=not self.create,
             )
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
+            if not self.create and not os.path.exists(self.path):
+                raise StoreError(f"SQLite database file {self.path!r} does not exist {_NOT_CREATED}") from exc
             raise _store_error(exc, f"cannot open SQLite database {self.path!r}") from exc
         return conn
 
@@ -234,14 +263,7 @@ class SQLiteStore(TableStore):
                 try:
                     for name in ("create_runs", "create_running_index", "create_meta"):
                         conn.execute(self._q[name])
-                    row = conn.execute(self._q["get_version"]).fetchone()
-                    version = int(row[0]) if row else None
-                    if version is not None and version > SCHEMA_VERSION:
-                        raise StoreError(
-                            f"SQLite table {self.table!r} in {self.path!r} has schema version {version},"
-                            f" newer than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
-                        )
-                    if version is None:
+                    if self._version(conn) is None:
                         conn.execute(self._q["set_version"], {"version": str(SCHEMA_VERSION)})
                     conn.execute("COMMIT")
                 except BaseException:
@@ -250,6 +272,34 @@ class SQLiteStore(TableStore):
             except sqlite3.Error as exc:
                 raise _store_error(exc, f"cannot create the schema in {self.path!r}") from exc
             self._schema_ready = True
+
+    def _find_schema(self, conn: sqlite3.Connection) -> None:
+        """What ``create=False`` does instead of :meth:`_create_schema`: check that the tables
+        exist and are not newer than this release, and change nothing."""
+        with self._lock:
+            if self._schema_found:
+                return
+            try:
+                found = {row[0] for row in conn.execute(_TABLES_FOUND, (self.table, f"{self.table}_meta"))}
+                for name in (self.table, f"{self.table}_meta"):
+                    if name.lower() not in found:
+                        raise StoreError(f"SQLite table {name!r} does not exist in {self.path!r} {_NOT_CREATED}")
+                self._version(conn)
+            except sqlite3.Error as exc:
+                raise _store_error(exc, f"cannot read the schema of {self.path!r}") from exc
+            self._schema_found = True
+
+    def _version(self, conn: sqlite3.Connection) -> Optional[int]:
+        """The schema version stamped in the database (None: none yet); StoreError if it is newer
+        than this release's."""
+        row = conn.execute(self._q["get_version"]).fetchone()
+        version = int(row[0]) if row else None
+        if version is not None and version > SCHEMA_VERSION:
+            raise StoreError(
+                f"SQLite table {self.table!r} in {self.path!r} has schema version {version},"
+                f" newer than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
+            )
+        return version
 
     def _enable_wal(self, conn: sqlite3.Connection) -> str:
         # SQLite answers a switch to WAL that races another connection's

@@ -80,15 +80,17 @@ def test_queries_of_running_runs_search_the_running_index(db: Path, query: str) 
     assert "USING INDEX myruns_running" in plan, plan
 
 
-def test_newer_schema_version_raises_store_error(db: Path) -> None:
-    """A table stamped with a newer schema version makes the store raise StoreError saying to upgrade."""
+@pytest.mark.parametrize("create", [True, False])
+def test_newer_schema_version_raises_store_error(db: Path, create: bool) -> None:
+    """A table stamped with a newer schema version makes the store raise StoreError saying to
+    upgrade, whether it creates what is missing or not."""
     with leasecron.open_store(_url(db)) as store:
         run = _win(store)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("UPDATE leasecron_runs_meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 
-    with leasecron.open_store(_url(db)) as store:
+    with SQLiteStore.from_url(_url(db), create=create) as store:
         with pytest.raises(leasecron.StoreError, match="upgrad") as info:
             store.claim(JOB, store.now_ms() - 1_000, runner="r2")
         assert "2" in str(info.value)
@@ -209,6 +211,69 @@ def test_url_without_a_file_raises_config_error(url: str) -> None:
     """A SQLite URL that names no file, or names a host, raises ConfigError."""
     with pytest.raises(leasecron.ConfigError):
         leasecron.open_store(url)
+
+
+def test_a_password_in_the_url_is_masked_in_its_errors(tmp_path: Path) -> None:
+    """A SQLite URL has no password, but a mistyped one may: sqlite://user:pw@host/x.db (a host
+    part) and ?password=... (an unknown option) show the URL with the password masked."""
+    path = tmp_path / "x.db"
+    for url in (f"sqlite://user:s3cret-pw@localhost/{path}", f"sqlite:///{path}?password=s3cret-pw",
+                f"sqlite:///{path}?busy_timeout_ms=soon&password=s3cret-pw"):  # fmt: skip
+        with pytest.raises(leasecron.ConfigError) as info:
+            leasecron.open_store(url)
+        assert "s3cret" not in str(info.value) and "***" in str(info.value), info.value
+    assert not list(tmp_path.iterdir())
+
+
+# -- create=False: the store creates nothing ---------------------------------------------------
+
+
+def test_without_create_a_missing_file_is_an_error_until_create_is_switched_on(tmp_path: Path) -> None:
+    """SQLiteStore(create=False): every operation on a missing file raises StoreError naming it
+    and leaves no file (no -wal, no -shm); `create` switched on, the next operation creates the store."""
+    path = tmp_path / "late.db"
+    store = SQLiteStore(str(path), create=False)
+    try:
+        for operation in (store.jobs, lambda: store.runs(JOB), lambda: store.claim(JOB, 0, runner="r")):
+            with pytest.raises(leasecron.StoreError, match=f"{path}' does not exist"):
+                operation()
+            assert list(tmp_path.iterdir()) == []
+        store.create = True
+        _win(store)
+        assert store.jobs() == [JOB]
+    finally:
+        store.close()
+
+
+def test_without_create_a_file_without_the_table_is_left_as_it_was(tmp_path: Path) -> None:
+    """create=False on a file that lacks the runs table (or its _meta): StoreError naming the
+    table; the file keeps its bytes and mtime, and is not switched to WAL."""
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(str(path))
+    conn.execute("CREATE TABLE runs_elsewhere (x)")
+    conn.execute("CREATE TABLE app_runs (x)")  # a table of that name, but no app_runs_meta
+    conn.commit()
+    conn.close()
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    for table, missing in (("leasecron_runs", "'leasecron_runs'"), ("app_runs", "'app_runs_meta'")):
+        with SQLiteStore.from_url(_url(path, table=table), create=False) as store:
+            with pytest.raises(leasecron.StoreError, match=f"{missing} does not exist in"):
+                store.jobs()
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_without_create_a_store_that_exists_is_read_and_written(db: Path) -> None:
+    """create=False reads (and writes) a store another store created: a WAL file, closed by its
+    writer; once the reader closes, the directory is as before (no -wal or -shm left)."""
+    with leasecron.open_store(_url(db)) as writer:
+        run = _win(writer)
+    listed = sorted(db.parent.iterdir())
+    with SQLiteStore.from_url(_url(db), create=False) as reader:
+        assert reader.jobs() == [JOB]
+        assert [r.slot_ms for r in reader.runs(JOB)] == [run.slot_ms]
+        assert reader.finish(JOB, run.slot_ms, run.token, "success")
+    assert sorted(db.parent.iterdir()) == listed
 
 
 def test_closed_store_raises_store_error(db: Path) -> None:
