@@ -102,15 +102,16 @@ than passed:
   (a claim, heartbeat, finish or release sent before the freeze and answered
   after it: each is one ``BEGIN IMMEDIATE`` transaction, which holds the
   file's write lock), or one whose lines cannot rule it out (frozen before its
-  first write was answered, or logging nothing after the freeze); not one
-  frozen while the nemesis's own locker held the lock. Until it resumes no
-  other instance can write: it counts as a store fault of every runner
-  wherever a delay is judged (``on_time``, the takeover and hand-over delays,
-  a run still ``running`` at the end, the round trip of the bounds), never
-  where an outcome is (the safety invariants, ``dead_runners_only``,
-  ``overlap_window``, ``lost_in_time``: a runner stops by its local deadline
-  whatever the store does). The report's ``frozen_writers`` effect counts
-  them;
+  first write was answered, or logging nothing after the freeze), unless
+  someone else held the lock during the freeze (another process's write
+  changed the store, or the nemesis's locker or writer had it): then it was
+  waiting for the lock, not holding it. Until it resumes no other instance can
+  write: it counts as a store fault of every runner wherever a delay is judged
+  (``on_time``, the takeover and hand-over delays, a run still ``running`` at
+  the end, the round trip of the bounds), never where an outcome is (the
+  safety invariants, ``dead_runners_only``, ``overlap_window``,
+  ``lost_in_time``: a runner stops by its local deadline whatever the store
+  does). The report's ``frozen_writers`` effect counts them;
 * whether a ``late`` answer was justified (the store's ``now`` at the claim
   is not known); only won claims are checked;
 * the sink's final contents only when :attr:`Config.sink` names the file.

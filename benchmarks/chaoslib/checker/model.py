@@ -3,6 +3,7 @@ with the faults and freezes they show."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from pathlib import Path
@@ -113,7 +114,8 @@ class Proc:
     termed_ns: Optional[int] = None
     frozen: List[List[int]] = dataclasses.field(default_factory=list)  # [stop, cont or INF]
     resumed: List[Tuple[int, int]] = dataclasses.field(default_factory=list)  # (frozen since, SIGCONT)
-    writes: List[Tuple[int, int]] = dataclasses.field(default_factory=list)  # (sent, answered) of each store write
+    #: (sent, answered, changed the store: a won claim, an accepted call) of each store write.
+    writes: List[Tuple[int, int, bool]] = dataclasses.field(default_factory=list)
 
     def seen(self, t: int) -> None:
         """A line of this process at ``t``."""
@@ -156,9 +158,9 @@ class Proc:
         schema in a write), or when it logged nothing after the freeze (killed while frozen, the
         logs end): a write in flight then never logged its line.
         """
-        if self.last_ns < cont or stop < min((answered for _, answered in self.writes), default=INF):
+        if self.last_ns < cont or stop < min((answered for _, answered, _ in self.writes), default=INF):
             return True
-        return any(sent <= cont and answered >= stop for sent, answered in self.writes)
+        return any(sent <= cont and answered >= stop for sent, answered, _ in self.writes)
 
 
 PROCESS_ACTIONS = {"kill", "stop", "cont", "term", "start-instance"}
@@ -352,19 +354,40 @@ def _close_unlogged_resumes(
 
 def _find_frozen_writers(model: Model) -> None:
     """On SQLite, :attr:`Model.frozen_writers`: the freezes in which the process may have held the
-    write lock (:meth:`Proc.may_hold_write_lock`), but for those that began while the nemesis's own
-    locker (``how: sqlite-lock``) held it."""
+    write lock (:meth:`Proc.may_hold_write_lock`) and nobody else is seen holding it.
+
+    A frozen process neither takes nor gives up the lock, so it held none throughout its freeze
+    when another holder is seen inside it: the nemesis's locker or killed writer (``how:
+    sqlite-lock``, ``sqlite-writer-killed``: it had the lock from before its line for its
+    ``duration_ms``), or another process's write that changed the store (a won claim, an
+    accepted call), sent after the SIGSTOP and answered before the SIGCONT."""
     if not model.stores & {"sqlite", ""}:
         return
-    locked = [
+    helpers = [
         (n["mono_ns"], n["mono_ns"] + int(n.get("duration_ms") or 0) * NS)
         for n in model.nemesis
-        if n.get("action") == "store-restart" and n.get("how") == "sqlite-lock"
+        if n.get("action") == "store-restart" and n.get("how") in ("sqlite-lock", "sqlite-writer-killed")
     ]
+    commits = sorted(
+        (sent, answered, p.pid) for p in model.procs.values() for sent, answered, changed in p.writes if changed
+    )
+    sent_times = [c[0] for c in commits]
+
+    def other_wrote(pid: int, stop: int, cont: int) -> bool:
+        for sent, answered, writer in commits[bisect.bisect_left(sent_times, stop) :]:
+            if sent > cont:
+                return False
+            if writer != pid and answered <= cont:
+                return True
+        return False
+
     for proc in model.procs.values():
         for stop, cont in proc.frozen:
-            if proc.may_hold_write_lock(stop, cont) and not any(s <= stop <= e for s, e in locked):
-                model.frozen_writers.append((stop, cont))
+            if not proc.may_hold_write_lock(stop, cont):
+                continue
+            if any(s <= cont and e >= stop for s, e in helpers) or other_wrote(proc.pid, stop, cont):
+                continue
+            model.frozen_writers.append((stop, cont))
 
 
 def _index(model: Model, line: Line) -> None:
@@ -386,7 +409,7 @@ def _index(model: Model, line: Line) -> None:
         elif ev in WRITE_CALLS:
             sent, answered = (line.get(key) for key in WRITE_CALLS[ev])
             if isinstance(sent, int) and isinstance(answered, int):
-                proc.writes.append((sent, answered))
+                proc.writes.append((sent, answered, line.get("outcome") == "won" or line.get("ok") is True))
     handler = _INDEXERS.get(ev)
     if handler is not None:
         handler(model, line)
