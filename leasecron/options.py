@@ -3,9 +3,13 @@ instance's defaults, and their validation.
 
 Every option may be given to :class:`~leasecron.LeaseCron` (a default for all
 its jobs) and to each job (an override). ``heartbeat_ms`` left unset at both
-levels is derived from the job's own lease: ``min(5_000, lease_ms // 6)``.
-A bad value raises :class:`~leasecron.ConfigError` naming the job and the
-option, at registration.
+levels is derived from the job's own lease: ``min(5_000, lease_ms // 6)``, at
+least 1. A heartbeat must come more often than every half lease, so
+``lease_ms`` is at least 3 (a heartbeat of 1 ms under half of 3 ms): below
+that no heartbeat would do, and the error blames the lease. A bad value raises
+:class:`~leasecron.ConfigError` naming the job and the option, at registration;
+the defaults given to ``LeaseCron`` are checked together, as one job would use
+them, when it is built, and the error names ``LeaseCron``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from .stores.base import MAX_INT, OVERLAP_MODES
 
 __all__ = ["JobOptions", "DEFAULTS", "OPTION_NAMES", "resolve_options", "check_option"]
 
-#: The option defaults of SPEC.md (``heartbeat_ms`` is derived from ``lease_ms``).
+#: The option defaults (``heartbeat_ms`` is derived from ``lease_ms``).
 DEFAULTS: Dict[str, Any] = {
     "lease_ms": 30_000,
     "heartbeat_ms": None,
@@ -35,13 +39,17 @@ OPTION_NAMES = tuple(DEFAULTS)
 
 # name -> smallest value allowed, for the integer options.
 _MINIMUM = {
-    "lease_ms": 1,
+    "lease_ms": 3,
     "heartbeat_ms": 1,
     "max_attempts": 1,
     "catch_up_ms": 0,
     "max_late_ms": 0,
     "jitter_ms": 0,
     "history_size": 0,
+}
+# name -> why a value under its minimum is too small, where the minimum is not obvious.
+_TOO_SMALL = {
+    "lease_ms": "too short for a heartbeat: heartbeat_ms, at least 1, must stay under half of it",
 }
 
 
@@ -76,7 +84,7 @@ def check_option(name: str, value: Any, job: Optional[str] = None) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{where}: {name} must be an integer, not {value!r}")
         if value < minimum:
-            kind = "negative" if value < 0 else "too small"
+            kind = "negative" if value < 0 else _TOO_SMALL.get(name, "too small")
             raise ConfigError(f"{where}: {name} must be >= {minimum}, not {value!r} ({kind})")
         if value > MAX_INT:
             raise ConfigError(f"{where}: {name} must be at most 2**50, not {value!r}")
@@ -93,15 +101,27 @@ def check_option(name: str, value: Any, job: Optional[str] = None) -> None:
 def resolve_options(
     defaults: Mapping[str, Any], overrides: Mapping[str, Any], job: Optional[str] = None
 ) -> JobOptions:
-    """The options of a job: its ``overrides`` over the instance's ``defaults``, validated."""
+    """The options of a job: its ``overrides`` over the instance's ``defaults``, validated.
+
+    With ``job`` None (no overrides), the instance's own defaults are checked as
+    one job would use them, and an error names ``LeaseCron``.
+    """
     values = {**DEFAULTS, **defaults, **overrides}
     for name, value in values.items():
         check_option(name, value, job)
     if values["heartbeat_ms"] is None:
         values["heartbeat_ms"] = max(1, min(5_000, values["lease_ms"] // 6))
     lease, heartbeat = values["lease_ms"], values["heartbeat_ms"]
-    if not heartbeat * 2 < lease:
+    if not heartbeat * 2 < lease:  # never for a derived heartbeat, as lease_ms >= 3
         raise ConfigError(
-            f"{_describe(job)}: heartbeat_ms ({heartbeat}) must be under half of lease_ms ({lease})"
+            f"{_describe(job)}: heartbeat_ms ({heartbeat}{_origin('heartbeat_ms', defaults, overrides, job)})"
+            f" must be under half of lease_ms ({lease}{_origin('lease_ms', defaults, overrides, job)})"
         )
     return JobOptions(**values)
+
+
+def _origin(name: str, defaults: Mapping[str, Any], overrides: Mapping[str, Any], job: Optional[str]) -> str:
+    """For an error message: where an option's value came from, if not from the one it blames."""
+    if name in overrides or (job is None and name in defaults):
+        return ""
+    return ", from LeaseCron" if name in defaults else ", the default"

@@ -23,7 +23,7 @@ from .errors import ConfigError
 from .events import Callback, Emitter, log
 from .jobs import Handler, Job, make_job
 from .lifecycle import handle_signals
-from .options import check_option
+from .options import resolve_options
 from .runs import Run
 from .schedules import ScheduleSpec
 from .stores import Store, open_store
@@ -90,8 +90,7 @@ class LeaseCron:
             tz=tz,
         )
         self._defaults = {k: v for k, v in given.items() if v is not None}
-        for name, value in self._defaults.items():
-            check_option(name, value)
+        resolve_options(self._defaults, {})  # together, as a job would use them: a heartbeat under half the lease
         self.store: Store = store
         self._runner_given = runner
         self.runner: str = runner or default_runner()

@@ -27,6 +27,9 @@ __all__ = ["Schedule", "CronSchedule", "IntervalSchedule", "ScheduleSpec", "make
 #: What a job's schedule may be given as.
 ScheduleSpec = Union[str, timedelta, int, float]
 
+#: The fields of a cron string, in croniter's order (seconds sixth, year seventh).
+_CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week", "second", "year")
+
 
 class Schedule(abc.ABC):
     """The slots of a job."""
@@ -47,8 +50,10 @@ class CronSchedule(Schedule):
         self.expression = expression
         self.tz = tz
         self._zone = time_zone(tz)
-        if not croniter.is_valid(expression):
-            raise ConfigError(f"not a valid cron expression: {shown(expression)}")
+        try:
+            croniter.expand(expression)
+        except CroniterError as exc:
+            raise ConfigError(_invalid_cron(expression, exc)) from None
         try:
             self.next_after(0)
         except CroniterBadDateError:
@@ -88,6 +93,30 @@ class IntervalSchedule(Schedule):
 
     def __repr__(self) -> str:
         return f"IntervalSchedule({self.interval_ms} ms)"
+
+
+def _invalid_cron(expression: str, exc: CroniterError) -> str:
+    """The message for a cron string croniter refused: the first field at fault and croniter's reason."""
+    reason = str(exc).strip()
+    if reason.startswith("Traceback"):  # croniter wraps an unexpected error in its traceback
+        reason = reason.splitlines()[-1]
+    reason = " ".join(reason.split())
+    if len(reason) > 120:
+        reason = f"{reason[:120]}..."
+    return f"not a valid cron expression {shown(expression)}: {_bad_field(expression)}{reason}"
+
+
+def _bad_field(expression: str) -> str:
+    """``"bad minute field '61': "``: the first field croniter refuses alone (the others ``*``), or ``""``."""
+    fields = expression.split()
+    if len(fields) not in (5, 6, 7):
+        return ""
+    for i, (name, value) in enumerate(zip(_CRON_FIELDS, fields)):
+        alone = ["*"] * len(fields)
+        alone[i] = value
+        if not croniter.is_valid(" ".join(alone)):
+            return f"bad {name} field {shown(value, 40)}: "
+    return ""
 
 
 def make_schedule(spec: ScheduleSpec, tz: str = "UTC") -> Schedule:

@@ -120,16 +120,22 @@ def test_absurd_or_mistyped_integer_options_are_refused_on_the_instance(option: 
 @pytest.mark.parametrize(
     "options",
     [
-        {"lease_ms": 1},  # derived heartbeat 1 is not under 0.5
-        {"lease_ms": 2},
+        {"lease_ms": 3, "heartbeat_ms": 2},
         {"lease_ms": 2_000, "heartbeat_ms": 1_000},
         {"lease_ms": 2_000, "heartbeat_ms": 5_000},
         {"lease_ms": 2**50, "heartbeat_ms": 2**49},
     ],
 )
 def test_heartbeat_not_under_half_the_lease_is_refused(cron: LeaseCron, options: Dict[str, int]) -> None:
-    """heartbeat_ms must be under lease_ms / 2, also when derived and at the extremes."""
-    assert "heartbeat_ms" in _refused(cron, 60, **options)
+    """heartbeat_ms must be under lease_ms / 2, also at the extremes."""
+    assert "the-job': heartbeat_ms (" in _refused(cron, 60, **options)
+
+
+@pytest.mark.parametrize("options", [{"lease_ms": 1}, {"lease_ms": 2}, {"lease_ms": 2, "heartbeat_ms": 1}])
+def test_a_lease_no_heartbeat_fits_is_blamed_on_lease_ms(cron: LeaseCron, options: Dict[str, int]) -> None:
+    """A lease under 3 ms, where no heartbeat of at least 1 ms is under half of it, is refused
+    naming lease_ms, not a heartbeat_ms derived from it."""
+    assert "the-job': lease_ms must be >= 3" in _refused(cron, 60, **options)
 
 
 @pytest.mark.parametrize("name", ["lease", "leaseMs", "timeout_ms", "stop_timeout_ms", "runner", "claim_threads"])

@@ -1,4 +1,4 @@
-"""Options and registration (SPEC.md, "The scheduler"): defaults, overrides, and ConfigError."""
+"""Options and registration: defaults, overrides, and ConfigError."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ SPEC_DEFAULTS: Dict[str, Any] = dict(
 
 
 def test_every_option_has_the_spec_default(cron: LeaseCron) -> None:
-    """Each option left unset takes SPEC.md's default; stop_timeout_ms defaults to 10 000."""
+    """Each option left unset takes its documented default; stop_timeout_ms defaults to 10 000."""
     cron.add_job(noop, 60, name="j")
     options = cron.jobs["j"].options
     for name, value in SPEC_DEFAULTS.items():
@@ -163,6 +163,27 @@ def test_bad_job_registration_raises_config_error_naming_job_and_option(
     assert "the-job" not in cron.jobs
 
 
+@pytest.mark.parametrize(
+    "schedule, field, reason",
+    [
+        ("61 * * * *", "minute field '61'", "out of range"),
+        ("* 24 * * *", "hour field '24'", "out of range"),
+        ("*/0 * * * *", "minute field '*/0'", "step '0'"),
+        ("* * * * 1#9", "day-of-week field '1#9'", "Invalid day_of_week value: '9'"),
+        ("* * * * * 60", "second field '60'", "out of range"),
+        ("* * * *", None, "Exactly 5, 6 or 7 columns"),
+    ],
+)
+def test_bad_cron_string_error_keeps_the_reason(cron: LeaseCron, schedule: str, field: Any, reason: str) -> None:
+    """A cron string croniter refuses fails with croniter's reason and the field at fault, naming the job."""
+    with pytest.raises(ConfigError) as info:
+        cron.add_job(noop, schedule, name="the-job")
+    message = str(info.value)
+    prefix = f"job 'the-job': schedule: not a valid cron expression {schedule!r}: "
+    assert message.startswith(prefix + (f"bad {field}: " if field else "")), message
+    assert reason in message, message
+
+
 def test_decorator_validates_like_add_job(cron: LeaseCron) -> None:
     """@cron.job validates at registration too, and returns the function unchanged."""
     with pytest.raises(ConfigError, match="deco.*overlap"):
@@ -225,6 +246,41 @@ def test_bad_instance_defaults_raise_config_error(options: Dict[str, Any], optio
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"heartbeat_ms": 20_000}, "heartbeat_ms (20000) must be under half of lease_ms (30000, the default)"),
+        ({"lease_ms": 10_000, "heartbeat_ms": 5_000}, "heartbeat_ms (5000) must be under half of lease_ms (10000)"),
+        ({"lease_ms": 12_000, "heartbeat_ms": 9_000}, "heartbeat_ms (9000) must be under half of lease_ms (12000)"),
+    ],
+)
+def test_instance_options_are_checked_together_at_construction(options: Dict[str, Any], message: str) -> None:
+    """LeaseCron's own options must make sense together, as a job would use them: a heartbeat not
+    under half the lease fails at construction, naming LeaseCron, not at the first job."""
+    with pytest.raises(ConfigError) as info:
+        LeaseCron(MemoryStore(), runner="r", **options)
+    assert str(info.value) == f"LeaseCron: {message}"
+    LeaseCron(MemoryStore(), runner="r", heartbeat_ms=20_000, lease_ms=60_000)  # fine together
+
+
+@pytest.mark.parametrize("lease_ms", [0, 1, 2])
+@pytest.mark.parametrize("heartbeat_ms", [None, 1])
+def test_a_lease_too_short_for_any_heartbeat_blames_lease_ms(lease_ms: int, heartbeat_ms: Any) -> None:
+    """A lease under 3 ms leaves no heartbeat under half of it (a heartbeat is at least 1 ms): the
+    error names lease_ms, on a job and on LeaseCron, not a derived heartbeat_ms nobody set."""
+    reason = (
+        f"lease_ms must be >= 3, not {lease_ms}"
+        " (too short for a heartbeat: heartbeat_ms, at least 1, must stay under half of it)"
+    )
+    cron = LeaseCron(MemoryStore(), runner="r")
+    with pytest.raises(ConfigError) as info:
+        cron.add_job(noop, 60, name="j", lease_ms=lease_ms, heartbeat_ms=heartbeat_ms)
+    assert str(info.value) == f"job 'j': {reason}"
+    with pytest.raises(ConfigError) as info:
+        LeaseCron(MemoryStore(), runner="r", lease_ms=lease_ms, heartbeat_ms=heartbeat_ms)
+    assert str(info.value) == f"LeaseCron: {reason}"
+
+
 def test_unknown_instance_option_is_a_type_error() -> None:
     """An unknown keyword of LeaseCron() is refused (a plain TypeError of the call)."""
     with pytest.raises(TypeError):
@@ -232,11 +288,13 @@ def test_unknown_instance_option_is_a_type_error() -> None:
 
 
 def test_instance_default_bad_against_a_job_lease_fails_at_registration() -> None:
-    """An instance heartbeat that is not under half of a job's lease fails when that job registers."""
+    """An instance heartbeat that is not under half of a job's lease fails when that job registers,
+    saying where the heartbeat came from."""
     cron = LeaseCron(MemoryStore(), runner="r", heartbeat_ms=2_000)
     cron.add_job(noop, 60, name="long", lease_ms=10_000)
-    with pytest.raises(ConfigError, match="short.*heartbeat_ms"):
+    with pytest.raises(ConfigError) as info:
         cron.add_job(noop, 60, name="short", lease_ms=3_000)
+    assert str(info.value) == "job 'short': heartbeat_ms (2000, from LeaseCron) must be under half of lease_ms (3000)"
 
 
 @pytest.mark.parametrize("runner", ["", 5])
