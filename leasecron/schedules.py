@@ -4,17 +4,38 @@ A slot is an instant, in epoch milliseconds. Two kinds:
 
 * :class:`CronSchedule`, a cron string in croniter syntax (five fields, or six
   with seconds as the last field), read in a time zone (IANA name, default
-  UTC). croniter decides what happens in DST gaps and repeats.
+  UTC).
 * :class:`IntervalSchedule`, a fixed interval aligned to the Unix epoch: the
   slots are the multiples of the interval, so every instance computes the
   same ones whenever it started.
+
+Daylight saving time (and any other change of a zone's UTC offset) follows
+Vixie cron, the cron of most Linux systems. croniter gives the local times of
+the expression; this module decides at which instants they run:
+
+* A *fixed-time* job, one whose minute and hour fields both start with
+  something other than ``*`` (``30 2 * * *``, ``0 9-17 * * 1-5``,
+  ``@daily``), runs once for each of its local times. A local time that the
+  clocks skip when they go forward runs at the first instant after the gap,
+  the instant of the change (several skipped local times make one slot); a
+  local time that the clocks show twice when they go back runs the first
+  time only.
+* A *wildcard* job, one whose minute or hour field starts with ``*``
+  (``0 * * * *``, ``*/15 * * * *``, ``* 2 * * *``, ``@hourly``), runs every
+  hour or several times within an hour, so it follows the wall clock: it runs
+  at each instant the clock shows one of its local times, twice for a repeated
+  local time and never for a skipped one.
+
+The seconds field plays no part in the distinction. Each slot is a pure
+function of the expression, the zone and the time asked about; next_after()
+and at_or_before() list the same slots.
 """
 
 from __future__ import annotations
 
 import abc
-from datetime import datetime, timedelta, timezone
-from typing import Optional, Union
+from datetime import datetime, timedelta
+from typing import List, Optional, Tuple, Union
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -27,6 +48,7 @@ __all__ = ["Schedule", "CronSchedule", "IntervalSchedule", "ScheduleSpec", "make
 #: What a job's schedule may be given as.
 ScheduleSpec = Union[str, timedelta, int, float]
 
+_SECOND = timedelta(seconds=1)
 #: The fields of a cron string, in croniter's order (seconds sixth, year seventh).
 _CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week", "second", "year")
 
@@ -44,7 +66,11 @@ class Schedule(abc.ABC):
 
 
 class CronSchedule(Schedule):
-    """The slots of a cron expression, read in the time zone ``tz``."""
+    """The slots of a cron expression, read in the time zone ``tz``.
+
+    The daylight saving time rule of the module docstring applies. Every
+    method is a pure function of the expression, the zone and its argument.
+    """
 
     def __init__(self, expression: str, tz: str = "UTC") -> None:
         self.expression = expression
@@ -54,24 +80,143 @@ class CronSchedule(Schedule):
             croniter.expand(expression)
         except CroniterError as exc:
             raise ConfigError(_invalid_cron(expression, exc)) from None
+        #: A wildcard job follows the wall clock; a fixed-time one runs once a local time.
+        self._wildcard = _is_wildcard(expression)
         try:
             self.next_after(0)
         except CroniterBadDateError:
             raise ConfigError(f"cron expression {shown(expression)} never fires") from None
 
-    def _at(self, ms: int) -> datetime:
-        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone(self._zone)
-
     def next_after(self, ms: int) -> int:
-        slot: datetime = croniter(self.expression, self._at(ms)).get_next(datetime)
-        return round(slot.timestamp() * 1000)
+        second = ms // 1000  # slots are whole seconds: after ms is after its second
+        if self._wildcard:
+            return self._wildcard_after(second) * 1000
+        return self._fixed(self._next(self._fixed_wall(second))) * 1000
 
     def at_or_before(self, ms: int) -> Optional[int]:
+        second = ms // 1000
         try:
-            slot: datetime = croniter(self.expression, self._at(ms + 1)).get_prev(datetime)
-        except CroniterError:
+            if self._wildcard:
+                return self._wildcard_at_or_before(second) * 1000
+            return self._fixed(self._at_or_before(self._fixed_wall(second))) * 1000
+        except CroniterError:  # no slot that early
             return None
-        return round(slot.timestamp() * 1000)
+
+    # Times here are whole epoch seconds (instants) and naive datetimes (wall times).
+
+    def _next(self, wall: datetime) -> datetime:
+        """The first wall time of the expression after ``wall``."""
+        found: datetime = croniter(self.expression, wall).get_next(datetime)
+        return found
+
+    def _at_or_before(self, wall: datetime) -> datetime:
+        """The last wall time of the expression at or before ``wall``."""
+        found: datetime = croniter(self.expression, wall + _SECOND).get_prev(datetime)
+        return found
+
+    def _local(self, second: int) -> datetime:
+        """The aware local time of an instant; ``fold=1`` in the second pass of a repeated hour."""
+        return datetime.fromtimestamp(second, self._zone)
+
+    def _wall(self, second: int) -> datetime:
+        """What the wall clock shows at an instant."""
+        return self._local(second).replace(tzinfo=None, fold=0)
+
+    def _folds(self, wall: datetime) -> Tuple[int, int]:
+        """``wall`` read with ``fold=0`` and with ``fold=1``: the same instant unless the offset changes.
+
+        In a repeated hour fold 0 is the first pass, fold 1 the second. In a gap
+        fold 0 reads the wall time with the offset before the change and fold 1
+        with the one after: two instants on either side of the change, fold 1 first.
+        """
+        return (
+            round(wall.replace(tzinfo=self._zone).timestamp()),
+            round(wall.replace(tzinfo=self._zone, fold=1).timestamp()),
+        )
+
+    def _instants(self, wall: datetime) -> List[int]:
+        """The instants at which the wall clock shows ``wall``: one, two (repeated) or none (skipped)."""
+        first, second = self._folds(wall)
+        if first == second:
+            return [first]
+        return [first, second] if first < second else []
+
+    def _gap_end(self, wall: datetime) -> int:
+        """The first instant after the gap that skips ``wall``."""
+        after_gap, before_gap = self._folds(wall)
+        return self._change(before_gap, after_gap)
+
+    def _change(self, before: int, after: int) -> int:
+        """The instant of the one offset change in ``(before, after]``, by bisection."""
+        offset = self._local(after).utcoffset()
+        while after - before > 1:
+            middle = (before + after) // 2
+            if self._local(middle).utcoffset() == offset:
+                after = middle
+            else:
+                before = middle
+        return after
+
+    def _fall_back(self, second: int) -> Optional[int]:
+        """The instant the clocks go back, if ``second`` is in the repeated hour (either pass) around it."""
+        local = self._local(second)
+        now, other = local.utcoffset(), local.replace(fold=1 - local.fold).utcoffset()
+        if now is None or other is None or now == other:
+            return None
+        shift = int(abs(other - now).total_seconds())
+        return self._change(second - shift, second) if local.fold else self._change(second, second + shift)
+
+    def _fixed(self, wall: datetime) -> int:
+        """The slot of a fixed-time job at ``wall``: its first instant, or the end of its gap."""
+        instants = self._instants(wall)
+        return instants[0] if instants else self._gap_end(wall)
+
+    def _fixed_wall(self, second: int) -> datetime:
+        """The last wall time whose fixed-time slot is at or before ``second`` (the slots of a
+        fixed-time job follow its wall times in order).
+
+        The wall time at ``second``, except in the second pass of a repeated
+        hour: every local time of that hour had its slot in the first pass, so
+        the last wall time of the first pass.
+        """
+        change = self._fall_back(second)
+        if change is not None and second >= change:
+            return self._wall(change - 1)
+        return self._wall(second)
+
+    def _wildcard_after(self, second: int) -> int:
+        """The first instant after ``second`` at which the wall clock shows a time of the expression."""
+        wall = self._wall(second)
+        change = self._fall_back(second)
+        if change is not None and second < change:  # the first pass of a repeated hour
+            found = self._next(wall)
+            if found <= self._wall(change - 1):
+                return self._instants(found)[0]
+            wall = self._wall(change) - _SECOND  # none left in this pass: on to the second
+        while True:
+            found = self._next(wall)
+            instants = self._instants(found)
+            later = [t for t in instants if t > second]
+            if later:
+                return later[0]
+            wall = found if instants else self._wall(self._gap_end(found)) - _SECOND  # skipped: past the gap
+
+    def _wildcard_at_or_before(self, second: int) -> int:
+        """The last instant at or before ``second`` at which the wall clock showed a time of the expression."""
+        wall = self._wall(second)
+        change = self._fall_back(second)
+        if change is not None and second >= change:  # the second pass of a repeated hour
+            found = self._at_or_before(wall)
+            if found >= self._wall(change):
+                return self._instants(found)[-1]
+            wall = self._wall(change - 1)  # none yet in this pass: back to the first
+        while True:
+            found = self._at_or_before(wall)
+            instants = self._instants(found)
+            earlier = [t for t in instants if t <= second]
+            if earlier:
+                return earlier[-1]
+            wall = found - _SECOND if instants else self._wall(self._gap_end(found) - 1)  # skipped: before the gap
 
     def __repr__(self) -> str:
         return f"CronSchedule({self.expression!r}, tz={self.tz!r})"
@@ -93,6 +238,14 @@ class IntervalSchedule(Schedule):
 
     def __repr__(self) -> str:
         return f"IntervalSchedule({self.interval_ms} ms)"
+
+
+def _is_wildcard(expression: str) -> bool:
+    """Vixie cron's wildcard job: its minute or hour field starts with ``*``, or it is ``@hourly``."""
+    if expression.startswith("@"):
+        return expression.lower() == "@hourly"
+    minute, hour = expression.split()[:2]
+    return minute.startswith("*") or hour.startswith("*")
 
 
 def _invalid_cron(expression: str, exc: CroniterError) -> str:

@@ -1,4 +1,4 @@
-"""Schedules (SPEC.md, "The scheduler"): cron strings (5 or 6 fields, tz, DST) and
+"""Schedules: cron strings (5 or 6 fields, tz, DST; the DST rule itself in test_dst.py) and
 epoch-aligned intervals; the same slots on every instance; jobs fire on their slots."""
 
 from __future__ import annotations
