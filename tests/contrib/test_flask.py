@@ -177,14 +177,18 @@ def test_config_wins_over_constructor_options() -> None:
         ({"LEASECRON_STORE": None}, "LEASECRON_STORE is not set"),
         ({"LEASECRON_LEASE": 10}, "unknown Flask config key 'LEASECRON_LEASE' (did you mean 'LEASECRON_LEASE_MS'?)"),
         ({"LEASECRON_START": True}, "unknown Flask config key 'LEASECRON_START'"),
-        ({"LEASECRON_LEASE_MS": -1}, "Flask config LEASECRON_LEASE_MS: lease_ms must be >= 1"),
+        ({"LEASECRON_LEASE_MS": -1}, "Flask config LEASECRON_LEASE_MS: lease_ms must be >= 3"),
         ({"LEASECRON_LEASE_MS": "30s"}, "Flask config LEASECRON_LEASE_MS must be an integer"),
         ({"LEASECRON_OVERLAP": "never"}, "Flask config LEASECRON_OVERLAP: overlap must be 'skip' or 'allow'"),
         ({"LEASECRON_TZ": "Mars/Olympus"}, "Flask config LEASECRON_TZ: tz: unknown time zone"),
         ({"LEASECRON_STORE": "mongodb://x"}, "Flask config LEASECRON_STORE: unknown store URL scheme 'mongodb'"),
         ({"LEASECRON_STORE": 42}, "Flask config LEASECRON_STORE must be a store URL or a leasecron Store"),
         ({"LEASECRON_STOP_TIMEOUT_MS": -5}, "stop_timeout_ms must be an integer from 0"),
-        ({"LEASECRON_HEARTBEAT_MS": 20_000}, "job 'j': heartbeat_ms (20000) must be under half of lease_ms (30000)"),
+        (
+            {"LEASECRON_HEARTBEAT_MS": 20_000},
+            "leasecron settings of Flask app 'bad': heartbeat_ms (20000) must be under half of lease_ms"
+            " (30000, the default)",
+        ),
     ],
     ids=lambda v: str(v)[:40] if isinstance(v, str) else None,
 )
