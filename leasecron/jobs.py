@@ -36,6 +36,11 @@ def make_job(
 ) -> Job:
     """Validate a registration; raise :class:`~leasecron.ConfigError` naming the job and option."""
     name = job_name(func, name)
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise ConfigError(
+            f"job {name!r}: the handler is a generator function: calling it would run none of its body;"
+            " use a plain function or an async def without yield"
+        )
     options = resolve_options(defaults, overrides, name)
     sched = job_schedule(name, schedule, options.tz)
     return Job(name=name, func=func, schedule=sched, options=options, takes_context=_takes_context(func))

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from leasecron import Context, LeaseCron, MemoryStore
+from leasecron import ConfigError, Context, LeaseCron, MemoryStore
 from tests.conftest import Backend
 from tests.engine.conftest import MakeCron
 from tests.engine.support import CATCH_UP_HOUR, FAST, HOURLY, Recorder, stored
@@ -162,3 +162,20 @@ def test_each_run_gets_an_event_loop_of_its_own_that_is_closed_after() -> None:
     assert loops[0] is not loops[1]
     assert all(loop.is_closed() for loop in loops[:2])
     assert all(task.cancelled() for task in leftovers[:2])
+
+
+def test_generator_handlers_are_refused_at_registration() -> None:
+    """A generator function (sync or async) would run none of its body when called: registering
+    one fails at once, naming the job, rather than recording runs that did nothing."""
+
+    def gen() -> Any:
+        yield 1
+
+    async def agen() -> Any:
+        yield 1
+
+    cron = LeaseCron(MemoryStore(), runner="a")
+    for name, func in (("gen", gen), ("agen", agen)):
+        with pytest.raises(ConfigError, match=f"job '{name}': the handler is a generator function"):
+            cron.add_job(func, HOURLY, name=name)
+    assert cron.jobs == {}
