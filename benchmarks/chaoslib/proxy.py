@@ -17,6 +17,13 @@ leaves the others alone:
 * :meth:`~FaultyProxy.blackhole`: connections are accepted but nothing is ever
   forwarded or answered: the bytes are dropped. On ``unstall`` every connection
   that lost bytes is reset (its stream is broken); new ones work again.
+* :meth:`~FaultyProxy.drop_replies`: one way only: what clients send still
+  reaches the server (which acts on it), but every byte the server sends back
+  is dropped, as when a reply is lost after the server applied a request. On
+  ``unstall`` (or ``restore``) every connection that lost bytes is reset; new
+  ones work again.
+* :meth:`~FaultyProxy.restore`: every fault off (stall, blackhole, dropped
+  replies, latency).
 
 The proxy is one thread running a :mod:`selectors` loop over non-blocking
 sockets; the control methods are thread-safe and return once the loop took
@@ -95,7 +102,7 @@ class _Connection:
         self.connected = False  # the upstream connect completed
         self.up = _Direction()  # client -> upstream
         self.down = _Direction()  # upstream -> client
-        self.lost_bytes = False  # some bytes were dropped (blackhole): the stream is broken
+        self.lost_bytes = False  # some bytes were dropped (blackhole, drop_replies): the stream is broken
         self.closed = False
 
     def pairs(self) -> List[Tuple[socket.socket, socket.socket, _Direction]]:
@@ -122,9 +129,13 @@ class FaultyProxy:
         self._running = False
         self._stalled = False
         self._blackholed = False
+        self._dropping_replies = False
         self._latency_s = 0.0
-        #: Counters: accepted, refused (upstream connect failed), reset (by reset_all), bytes_up, bytes_down.
-        self.stats: Dict[str, int] = dict.fromkeys(("accepted", "refused", "reset", "bytes_up", "bytes_down"), 0)
+        #: Counters: accepted, refused (upstream connect failed), reset (by reset_all), bytes_up, bytes_down,
+        #: dropped_down (server bytes dropped by drop_replies).
+        self.stats: Dict[str, int] = dict.fromkeys(
+            ("accepted", "refused", "reset", "bytes_up", "bytes_down", "dropped_down"), 0
+        )
 
     # -- public face ---------------------------------------------------------------
 
@@ -137,6 +148,11 @@ class FaultyProxy:
     def stalled(self) -> bool:
         """Whether bytes are held back (stall) or dropped (blackhole)."""
         return self._stalled or self._blackholed
+
+    @property
+    def dropping_replies(self) -> bool:
+        """Whether the server's bytes are dropped (drop_replies)."""
+        return self._dropping_replies
 
     @property
     def latency_ms(self) -> int:
@@ -185,18 +201,28 @@ class FaultyProxy:
         """Accept connections but forward and answer nothing (bytes are dropped) until :meth:`unstall`."""
         self._control(lambda: setattr(self, "_blackholed", True))
 
+    def drop_replies(self) -> None:
+        """Drop every byte the server sends (clients' bytes still reach it) until :meth:`unstall`."""
+        self._control(lambda: setattr(self, "_dropping_replies", True))
+
     def unstall(self) -> None:
-        """End a stall (deliver what was held back) or a blackhole (reset the connections that lost bytes)."""
+        """End a stall (deliver what was held back), a blackhole or dropped replies (reset the
+        connections that lost bytes)."""
 
         def apply() -> None:
             self._stalled = False
-            if self._blackholed:
-                self._blackholed = False
+            if self._blackholed or self._dropping_replies:
+                self._blackholed = self._dropping_replies = False
                 for conn in list(self._connections.values()):
                     if conn.lost_bytes:
                         self._close(conn, reset=True)
 
         self._control(apply)
+
+    def restore(self) -> None:
+        """Switch every fault off: :meth:`unstall`, and no latency."""
+        self.unstall()
+        self.set_latency(0)
 
     def set_latency(self, ms: float) -> None:
         """Deliver every chunk read from now on ``ms`` milliseconds late (0: no delay)."""
@@ -221,7 +247,8 @@ class FaultyProxy:
         return self._control(lambda: len(self._connections))
 
     def __repr__(self) -> str:
-        faults = [f for f, on in (("stalled", self._stalled), ("blackholed", self._blackholed)) if on]
+        switches = (("stalled", self._stalled), ("blackholed", self._blackholed))
+        faults = [f for f, on in (*switches, ("dropping replies", self._dropping_replies)) if on]
         if self._latency_s:
             faults.append(f"latency={self.latency_ms}ms")
         return f"FaultyProxy({self.name}, {HOST}:{self._port} -> {self.target[0]}:{self.target[1]}, {faults or 'ok'})"
@@ -363,7 +390,8 @@ class FaultyProxy:
         self._selector.modify(conn.upstream, selectors.EVENT_READ, "conn")
 
     def _read(self, conn: _Connection, side: str) -> None:
-        """Read one chunk from a side and queue it for the other (dropped in a blackhole)."""
+        """Read one chunk from a side and queue it for the other (dropped in a blackhole, and the
+        server's while replies are dropped)."""
         source = conn.client if side == "client" else conn.upstream
         direction = conn.up if side == "client" else conn.down
         try:
@@ -373,11 +401,13 @@ class FaultyProxy:
         except OSError:
             self._close(conn, reset=True)  # the peer reset: pass the reset on
             return
-        if self._blackholed:
+        if self._blackholed or (self._dropping_replies and side == "upstream"):
             if not chunk:
                 self._close(conn, reset=True)
                 return
             conn.lost_bytes = True
+            if not self._blackholed:
+                self.stats["dropped_down"] += len(chunk)
             return
         self.stats["bytes_up" if side == "client" else "bytes_down"] += len(chunk)
         direction.push(time.monotonic() + self._latency_s, chunk)

@@ -5,11 +5,13 @@ switches one fault on: a stall holds a request back until it ends (and the
 request still arrives, late), a reset cuts the client off (it reconnects), a
 latency delays every round trip, a blackhole makes a client with a socket
 timeout give up instead of hanging (also through a leasecron store: a store
-call cannot hang a runner).
+call cannot hang a runner), dropped replies let a request run on the server
+while its client hears nothing.
 """
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -194,6 +196,37 @@ def test_blackhole_a_leasecron_store_call_cannot_hang(proxy: FaultyProxy) -> Non
         assert store.now_ms() > 0
     finally:
         store.close()
+
+
+def test_drop_replies_lets_requests_through_and_restore_resets_what_lost_bytes(
+    proxy: FaultyProxy, valkey: Server
+) -> None:
+    """While replies are dropped a request still reaches the server and runs, but its reply never
+    comes back (a client with socket_timeout=0.3 gives up); restore() resets the connections that
+    lost a reply, keeps the others, and new ones work. (Clients connect first: a connection opened
+    while replies are dropped never gets through its own handshake.)"""
+    raw = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    with valkey.client() as direct, client(proxy) as idle, client(proxy, socket_timeout=0.3) as c, raw:
+        direct.delete("proxy:dropped")
+        assert idle.ping() is True and c.ping() is True
+        raw.sendall(b"PING\r\n")
+        assert raw.recv(100) == b"+PONG\r\n"
+        proxy.drop_replies()
+        assert proxy.dropping_replies and "dropping replies" in repr(proxy)
+        with pytest.raises(redis.TimeoutError):
+            c.incr("proxy:dropped")
+        assert direct.get("proxy:dropped") == b"1"  # the request went through; only its reply was lost
+        raw.sendall(b"INCR proxy:dropped\r\n")  # this connection stays open, and loses its reply
+        wait_for(lambda: direct.get("proxy:dropped") == b"2", timeout=5, message="the raw INCR never arrived")
+        wait_for(lambda: proxy.stats["dropped_down"] >= len(b":1\r\n:2\r\n"), timeout=5, message="no reply was dropped")
+        accepted = proxy.stats["accepted"]
+        proxy.restore()
+        assert not proxy.dropping_replies
+        with pytest.raises(ConnectionResetError):  # reset, never a late ":2"
+            raw.recv(100)
+        assert idle.ping() is True  # a connection that lost nothing is left alone: no reconnect
+        assert proxy.stats["accepted"] == accepted
+        assert c.incr("proxy:dropped") == 3  # redis-py dropped the timed-out connection; a new one works
 
 
 def store_slot() -> int:
