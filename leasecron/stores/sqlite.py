@@ -141,8 +141,9 @@ class SQLiteStore(TableStore):
         self.busy_timeout_ms = busy_timeout_ms
         self.create = create
         self._q = load_queries("sqlite", table=self.table)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the pool's: never held across a call to SQLite
         self._writer = threading.Lock()  # this process's queue for the file's write lock
+        self._schema_lock = threading.Lock()  # one thread creates (or looks for) the schema
         self._idle: List[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._schema_ready = False  # created (or found) by a store that creates
@@ -249,17 +250,35 @@ class SQLiteStore(TableStore):
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._writer = threading.Lock()
+        self._schema_lock = threading.Lock()
         self._idle = []
 
+    @contextmanager
+    def _schema_section(self) -> Iterator[float]:
+        """Held by the one thread that creates or looks for the schema; yields the deadline
+        (monotonic) of that work. A thread that waits here longer than ``busy_timeout_ms``
+        gives up with :class:`~leasecron.StoreUnavailable`, as a writer does: the work never
+        holds the pool's lock, so the other threads' operations are not held up by it."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        if not self._schema_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise StoreUnavailable(
+                f"SQLite: another thread's creation of the schema in {self.path!r} took over"
+                f" {self.busy_timeout_ms} ms"
+            )
+        try:
+            yield deadline
+        finally:
+            self._schema_lock.release()
+
     def _create_schema(self, conn: sqlite3.Connection) -> None:
-        with self._lock:
+        with self._schema_section() as deadline:
             if self._schema_ready:
                 return
             try:
-                mode = self._enable_wal(conn)
+                mode = self._enable_wal(conn, deadline)
                 if str(mode).lower() != "wal":
                     raise StoreError(f"SQLite database {self.path!r} cannot use WAL mode (got {mode!r})")
-                conn.execute("BEGIN IMMEDIATE")
+                self._begin_immediate(conn, deadline)
                 try:
                     for name in ("create_runs", "create_running_index", "create_meta"):
                         conn.execute(self._q[name])
@@ -276,7 +295,7 @@ class SQLiteStore(TableStore):
     def _find_schema(self, conn: sqlite3.Connection) -> None:
         """What ``create=False`` does instead of :meth:`_create_schema`: check that the tables
         exist and are not newer than this release, and change nothing."""
-        with self._lock:
+        with self._schema_section():
             if self._schema_found:
                 return
             try:
@@ -301,11 +320,10 @@ class SQLiteStore(TableStore):
             )
         return version
 
-    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+    def _enable_wal(self, conn: sqlite3.Connection, deadline: float) -> str:
         # SQLite answers a switch to WAL that races another connection's
         # (several processes opening a new file at once) with "database is
-        # locked" at once, without waiting on the busy timeout: retry within it.
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        # locked" at once, without waiting on the busy timeout: retry until the deadline.
         while True:
             try:
                 return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])

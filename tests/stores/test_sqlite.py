@@ -422,6 +422,41 @@ def test_threads_waiting_for_the_write_lock_each_give_up_within_the_busy_timeout
         store.close()
 
 
+def test_a_fresh_store_whose_schema_step_meets_a_held_lock_gives_up_within_the_busy_timeout(db: Path) -> None:
+    """A store's first operations check the schema inside a write transaction. While another
+    process holds the write lock, every thread's first call gives up within its own busy
+    timeout: the thread doing the schema step holds no lock the others need (before, they
+    queued behind it on the pool's lock, one busy timeout after the other)."""
+    leasecron.open_store(_url(db)).close()  # the file and its schema exist
+    store = leasecron.open_store(_url(db, busy_timeout_ms="400"))  # a new process's first use
+    locker = _Locker(db)
+    waits: List[Any] = []
+
+    def first_call() -> None:
+        started = time.monotonic()
+        try:
+            store.claim(JOB, store.now_ms() - 1_000, runner=threading.current_thread().name)
+            waits.append("claimed while the lock was held")
+        except leasecron.StoreUnavailable:
+            waits.append(time.monotonic() - started)
+
+    try:
+        threads = [threading.Thread(target=first_call, name=f"t{i}") for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+    finally:
+        locker.release()
+    try:
+        assert len(waits) == 4 and all(isinstance(w, float) for w in waits), waits
+        # Four waits of 0.4 s one after the other would end near 1.6 s.
+        assert all(w < 1.0 for w in waits), waits
+        assert store.claim(JOB, store.now_ms() - 1_000, runner="after").won
+    finally:
+        store.close()
+
+
 def test_threads_that_come_and_go_leave_no_connection_open(db: Path) -> None:
     """Each run has threads of its own: a store must not keep a connection (and its files) per thread ever seen."""
     fd_dir = Path("/proc/self/fd")
