@@ -223,10 +223,12 @@ class CountingStore(DelegatingStore):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
         call = partial(
             self.inner.claim, job, slot_ms, runner=runner, reason=reason, lease_ms=lease_ms,
             max_attempts=max_attempts, max_late_ms=max_late_ms, overlap=overlap, history_size=history_size,
+            token=token,
         )  # fmt: skip
         sent_ns = time.time_ns()
         claim = self._call(f"claim {reason}", slot_ms, call, lambda c: f"claim {reason} -> {c.outcome}")

@@ -42,6 +42,7 @@ from .live import LiveRun, error_text
 from .retry import call_until
 from .runs import CATCH_UP, LATE_TOLERANCE_MS, SCHEDULE, TAKEOVER, WON, Claim, Run
 from .stores import Store
+from .stores.rules import new_token
 from .timers import Timers
 from .workers import Workers
 
@@ -227,6 +228,10 @@ class Engine:
             matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self.clock.now_ms()) / 1000
         first = sent = time.monotonic()
         ids = (job.name, SlotText(slot_ms), self.runner)  # how the log names this claim
+        # One token for every try: a try whose answer was lost may have won; the next try, with
+        # the same token and runner, then wins that same attempt again (with a renewed lease)
+        # instead of finding it running and leaving it to a backup as a dead runner's.
+        token = new_token()
 
         def once() -> Claim:
             nonlocal sent
@@ -249,6 +254,7 @@ class Engine:
                 max_late_ms=max_late,
                 overlap=opts.overlap,
                 history_size=opts.history_size,
+                token=token,
             )
 
         try:

@@ -191,6 +191,7 @@ class RecordingStore(DelegatingStore):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
         t0 = time.monotonic_ns()
         try:
@@ -204,6 +205,7 @@ class RecordingStore(DelegatingStore):
                 max_late_ms=max_late_ms,
                 overlap=overlap,
                 history_size=history_size,
+                token=token,
             )
         except Exception as exc:
             t1 = time.monotonic_ns()

@@ -287,13 +287,14 @@ class _MeteredStore(DelegatingStore):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
         """The inner store's claim, counted by reason and outcome and timed."""
         began = time.perf_counter()
         try:
             claim = super().claim(
                 job, slot_ms, runner=runner, reason=reason, lease_ms=lease_ms, max_attempts=max_attempts,
-                max_late_ms=max_late_ms, overlap=overlap, history_size=history_size,
+                max_late_ms=max_late_ms, overlap=overlap, history_size=history_size, token=token,
             )  # fmt: skip
         except Exception:
             self._metrics.claimed(job, reason, "error", None)

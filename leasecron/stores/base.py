@@ -76,26 +76,51 @@ class Store(abc.ABC):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
         """Ask to run ``job``'s slot ``slot_ms``; decided atomically at ``now``.
 
+        ``token`` (optional) is the token an attempt this claim wins gets,
+        instead of a new random one. It makes a claim safe to send again
+        when its answer was lost (a timeout after the store ran it): the
+        caller makes one token per claim (:func:`~leasecron.stores.rules.new_token`)
+        and sends it with every try of that claim, and never with another.
+
+        * The run is running, its current attempt holds ``token`` and was
+          claimed by ``runner``, and its lease was not released: ``won``
+          with that same attempt (same number, token, runner, reason and
+          start), its lease renewed to ``now + lease_ms``: the retry of a
+          claim that won. This holds whatever the lease end (a lease that
+          ran out but was not taken over is renewed, as a heartbeat with
+          that token would), the claim's ``reason`` and the other runs of
+          the job; nothing else changes.
         * No run for the slot: ``none`` for a takeover claim (which never
           creates a run); ``early`` if ``slot_ms > now + 10 s``; ``late`` if
           ``now - slot_ms > max_late_ms + 10 s`` or a newer slot of the job
           has a run; ``overlap`` if ``overlap="skip"`` and an earlier slot is
           running with a live lease (``run`` is that run); otherwise ``won``:
-          attempt 1 with a new random token and ``lease_end = now +
-          lease_ms``. Earlier runs found running with expired leases are
-          marked ``interrupted``; finished runs beyond the newest
-          ``history_size`` are pruned, except the newest run, running runs
-          and runs whose slot lies within ``max_late_ms + 10 s`` of now.
-        * The run ended: ``done``.
-        * The run is running with a live lease: ``running``.
+          attempt 1 with ``token`` (a new random one if not given) and
+          ``lease_end = now + lease_ms``. Earlier runs found running with
+          expired leases are marked ``interrupted``; finished runs beyond
+          the newest ``history_size`` are pruned, except the newest run,
+          running runs and runs whose slot lies within ``max_late_ms + 10 s``
+          of now.
+        * The run ended: ``done`` (also when it ended with ``token``).
+        * The run is running with a live lease: ``running`` (also when its
+          attempt holds ``token`` but another runner claimed it).
         * The run is running with an expired or released lease: if a newer
           slot has a run, or ``max_attempts`` attempts already ended by a dead
           runner (released attempts do not count), it is marked
           ``interrupted`` and the answer is ``done``; otherwise ``won``: the
-          next attempt, with a new token, ``runner`` and lease.
+          next attempt, with ``token``, ``runner`` and a new lease; but with
+          a new random token if ``token`` is the token of the attempt it
+          replaces (released, or claimed by another runner).
+
+        No attempt is ever given the token of the current attempt of the run
+        (tokens fence a runner that was only frozen). The store keeps no
+        older attempt's token: an older token comes back only through a retry
+        of the very claim whose lost answer won that attempt, so no runner
+        ever held it before.
         """
 
     @abc.abstractmethod
@@ -233,6 +258,7 @@ def validate_claim_args(
     max_late_ms: int,
     overlap: str,
     history_size: int,
+    token: Optional[str] = None,
 ) -> None:
     """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a claim."""
     check_job_name(job)
@@ -245,6 +271,9 @@ def validate_claim_args(
     _check_int("max_late_ms", max_late_ms, 0)
     _require(overlap in OVERLAP_MODES, f"overlap must be 'skip' or 'allow', not {overlap!r}")
     _check_int("history_size", history_size, 0)
+    if token is not None:
+        _require(isinstance(token, str) and token != "", f"token must be a non-empty string or None, not {token!r}")
+        check_text("token", token)
 
 
 def validate_finish_args(

@@ -28,7 +28,7 @@ catches a misspelt name: read them from :attr:`DelegatingStore.inner`.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ..errors import ConfigError
 from ..runs import SCHEDULE, Claim, Run
@@ -63,8 +63,10 @@ class DelegatingStore(Store):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
-        """The inner store's claim."""
+        """The inner store's claim (``token`` is passed on only when given)."""
+        given: Dict[str, str] = {} if token is None else {"token": token}
         return self.inner.claim(
             job,
             slot_ms,
@@ -75,6 +77,7 @@ class DelegatingStore(Store):
             max_late_ms=max_late_ms,
             overlap=overlap,
             history_size=history_size,
+            **given,
         )
 
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:

@@ -61,8 +61,9 @@ from .rules import new_token, read_record
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
-#: The schema version this release writes and reads.
-SCHEMA_VERSION = 1
+#: The schema version this release writes and reads. 2: the claim function takes the retry of a
+#: claim that won (same token and runner) as that attempt again.
+SCHEMA_VERSION = 2
 
 #: libpq options the store sets on connections it makes, unless the DSN does.
 CONNECT_DEFAULTS = {
@@ -425,14 +426,15 @@ class PostgresStore(Store):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
         validate_claim_args(
-            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size
+            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
         )
         row = self._one(
-            "claim", f"claim of {job!r}", job=job, slot_ms=slot_ms, token=new_token(), runner=runner,
-            reason=reason, lease_ms=lease_ms, max_attempts=max_attempts, max_late_ms=max_late_ms,
-            overlap=overlap, history_size=history_size,
+            "claim", f"claim of {job!r}", job=job, slot_ms=slot_ms,
+            token=new_token() if token is None else token, runner=runner, reason=reason, lease_ms=lease_ms,
+            max_attempts=max_attempts, max_late_ms=max_late_ms, overlap=overlap, history_size=history_size,
         )  # fmt: skip
         return Claim(row[0], None if row[1] is None else _run(row[1:]))
 

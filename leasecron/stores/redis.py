@@ -234,14 +234,16 @@ class RedisStore(Store):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
         validate_claim_args(
-            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size
+            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
         )
         self._register(job)
+        fresh = new_token()  # the script's token for an attempt that must not get ``token``
         reply = self._script(
-            "claim", job, slot_ms, new_token(), runner, reason, lease_ms, max_attempts,
-            max_late_ms, overlap, history_size,
+            "claim", job, slot_ms, fresh if token is None else token, runner, reason, lease_ms, max_attempts,
+            max_late_ms, overlap, history_size, fresh,
         )
         if len(reply) == 4:  # the job's first stored run: make sure jobs() lists it
             try:

@@ -8,6 +8,12 @@ IMMEDIATE``). The decisions themselves live here, once.
 Redis (Lua) and PostgreSQL (SQL) state the same rules in their own language;
 the shared conformance suite proves all of them alike.
 
+A claim may carry the token its attempt gets; a claim whose run's current,
+unreleased attempt holds that token and runner is the retry of the claim that
+won it (its answer was lost), and wins that attempt again with a renewed lease
+(:meth:`Record.won_by`). A new attempt never gets the token of the attempt it
+replaces.
+
 What a store keeps beyond :class:`~leasecron.Run`: ``released`` (the current
 attempt's lease was released and can no longer be renewed) and ``handovers``
 (how many attempts ended by a release). An expired run has had ``attempt``
@@ -86,6 +92,11 @@ class Record:
             started_ms=self.started_ms,
             finished_ms=self.finished_ms,
         )
+
+    def won_by(self, token: Optional[str], runner: str) -> bool:
+        """Whether a claim by ``runner`` with ``token`` is the retry of the claim that won the
+        current attempt: it is running with that token and runner, and was not released."""
+        return self.status == RUNNING and self.token == token and self.runner == runner and not self.released
 
     def interrupt(self, now_ms: int, why: str) -> None:
         """End the run as ``interrupted``; it is not retried."""
@@ -235,17 +246,18 @@ class TableStore(Store):
         max_late_ms: int = 30_000,
         overlap: str = "skip",
         history_size: int = 100,
+        token: Optional[str] = None,
     ) -> Claim:
         validate_claim_args(
-            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size
+            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
         )
-        settled = self._settled_claim(job, slot_ms)
+        settled = self._settled_claim(job, slot_ms, runner, token)
         if settled is not None:
             return settled
         with self._write() as (table, now):
             record = table.get(job, slot_ms)
             if record is not None:
-                return _claim_existing(table, now, record, runner, reason, lease_ms, max_attempts)
+                return _claim_existing(table, now, record, runner, reason, lease_ms, max_attempts, token)
             if reason == TAKEOVER:
                 return Claim("none")
             if slot_ms > now + EARLY_TOLERANCE_MS:
@@ -264,7 +276,7 @@ class TableStore(Store):
                 job=job,
                 slot_ms=slot_ms,
                 attempt=1,
-                token=new_token(),
+                token=_attempt_token(token),
                 runner=runner,
                 status=RUNNING,
                 lease_end_ms=now + lease_ms,
@@ -279,9 +291,10 @@ class TableStore(Store):
             table.prune(job, history_size, now - max_late_ms - LATE_TOLERANCE_MS)
             return Claim(WON, record.to_run())
 
-    def _settled_claim(self, job: str, slot_ms: int) -> Optional[Claim]:
+    def _settled_claim(self, job: str, slot_ms: int, runner: str, token: Optional[str]) -> Optional[Claim]:
         """The answer to a claim that a read alone decides, without the write lock: the slot's
-        run has ended (``done``) or holds a live lease (``running``); None otherwise.
+        run has ended (``done``) or holds a live lease (``running``); None otherwise, and for the
+        retry of the claim that won the current attempt (it renews the lease: a write).
 
         Most claims are of this kind (every instance but one claims each slot; a backup's
         check of a run that ended), and on SQLite the write lock is what instances queue for.
@@ -294,7 +307,7 @@ class TableStore(Store):
             return None
         if record.status != RUNNING:
             return Claim("done", record.to_run())
-        if record.lease_end_ms > self.now_ms():
+        if not record.won_by(token, runner) and record.lease_end_ms > self.now_ms():
             return Claim("running", record.to_run())
         return None
 
@@ -355,6 +368,12 @@ class TableStore(Store):
             return table.jobs()
 
 
+def _attempt_token(token: Optional[str], replaced: Optional[str] = None) -> str:
+    """The token of a new attempt: the claim's ``token``, unless it is None or the token of the
+    attempt the new one replaces (never given twice): then a new random one."""
+    return token if token is not None and token != replaced else new_token()
+
+
 def _superseded(slot_ms: int) -> str:
     return f"superseded: slot {slot_datetime(slot_ms).isoformat()} started first"
 
@@ -375,9 +394,14 @@ def _claim_existing(
     reason: str,
     lease_ms: int,
     max_attempts: int,
+    token: Optional[str],
 ) -> Claim:
     if record.status != RUNNING:
         return Claim("done", record.to_run())
+    if record.won_by(token, runner):
+        record.lease_end_ms = now + lease_ms  # the retry of a claim that won this attempt
+        table.update(record)
+        return Claim(WON, record.to_run())
     if record.lease_end_ms > now:
         return Claim("running", record.to_run())
     newest = table.newest(record.job)
@@ -387,7 +411,7 @@ def _claim_existing(
         record.interrupt(now, f"max_attempts ({max_attempts}) used up by runners that died")
     else:
         record.attempt += 1
-        record.token = new_token()
+        record.token = _attempt_token(token, record.token)
         record.runner = runner
         record.lease_end_ms = now + lease_ms
         record.released = False

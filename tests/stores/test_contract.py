@@ -726,6 +726,107 @@ def test_release_after_finish_is_refused(store: Store) -> None:
     assert stored(store, JOB, slot) == ended
 
 
+# -- a claim's token: the retry of a claim whose answer was lost ------------------------------------
+
+
+def test_a_claim_given_a_token_gives_it_to_the_attempt_it_wins(store: Store) -> None:
+    """A won claim's attempt gets the token the claim carries: attempt 1 and a takeover's next attempt."""
+    slot = recent(store)
+    first = win(store, slot, lease_ms=SHORT, token="first-token")
+    assert (first.attempt, first.token) == (1, "first-token")
+    expire(store, first)
+    second = win(store, slot, runner="r2", reason="takeover", token="second-token")
+    assert (second.attempt, second.token, second.runner) == (2, "second-token", "r2")
+    assert stored(store, JOB, slot) == second
+
+
+@pytest.mark.parametrize("won_by", ["schedule", "takeover"])
+def test_the_retry_of_a_won_claim_wins_the_same_attempt_with_a_renewed_lease(store: Store, won_by: str) -> None:
+    """A claim with the token and runner of the run's current attempt (the retry of the claim that
+    won it, whose answer was lost) answers won with that attempt again, whatever its reason: same
+    number, token, runner, reason and start; only the lease end moves, to now + lease_ms."""
+    slot = recent(store)
+    if won_by == "takeover":
+        expire(store, win(store, slot, lease_ms=SHORT))
+    run = win(store, slot, runner="r2", reason=won_by, lease_ms=LONG, token="retried")
+    for reason, lease_ms in (("schedule", 60_000), ("catch-up", 5_000), ("takeover", LONG)):
+        before = store.now_ms()
+        result = store.claim(JOB, slot, runner="r2", reason=reason, lease_ms=lease_ms, token="retried")
+        after = store.now_ms()
+        assert result.outcome == "won", (reason, result)
+        assert result.run is not None
+        assert before + lease_ms <= result.run.lease_end_ms <= after + lease_ms
+        assert result.run == Run(**{**_fields(run), "lease_end_ms": result.run.lease_end_ms})
+        assert stored(store, JOB, slot) == result.run
+    assert store.heartbeat(JOB, slot, "retried", LONG) is True
+
+
+def test_the_retry_of_a_won_claim_renews_a_lease_that_ran_out(store: Store) -> None:
+    """A retry that comes after the attempt's lease ran out (and nobody took it over) wins that
+    attempt again, as a heartbeat with its token would renew it; it is not the next attempt,
+    and does not use up max_attempts."""
+    slot = recent(store)
+    run = win(store, slot, lease_ms=SHORT, max_attempts=1, token="late-retry")
+    expire(store, run)
+    before = store.now_ms()
+    result = store.claim(JOB, slot, runner="r1", lease_ms=LONG, max_attempts=1, token="late-retry")
+    after = store.now_ms()
+    assert result.outcome == "won" and result.run is not None
+    assert (result.run.attempt, result.run.token, result.run.status) == (1, "late-retry", "running")
+    assert before + LONG <= result.run.lease_end_ms <= after + LONG
+    assert store.claim(JOB, slot, runner="backup", reason="takeover", max_attempts=1).outcome == "running"
+
+
+def test_the_token_of_the_current_attempt_from_another_runner_is_no_retry(store: Store) -> None:
+    """A claim with the current attempt's token but another runner follows the usual rules: running
+    while the lease is alive; once it ran out, the next attempt, with a new token (a token is never
+    given to two attempts)."""
+    slot = recent(store)
+    run = win(store, slot, lease_ms=LONG, token="shared")
+    for reason in ("schedule", "takeover"):
+        result = store.claim(JOB, slot, runner="r2", reason=reason, token="shared")
+        assert result.outcome == "running" and result.run == run
+    kill(store, run)
+    result = store.claim(JOB, slot, runner="r2", reason="takeover", lease_ms=LONG, token="shared")
+    assert result.outcome == "won" and result.run is not None
+    assert (result.run.attempt, result.run.runner) == (2, "r2")
+    assert result.run.token not in ("shared", "")
+    assert store.heartbeat(JOB, slot, "shared", LONG) is False  # the dead attempt stays fenced
+    assert stored(store, JOB, slot) == result.run
+
+
+@pytest.mark.parametrize("status", ["success", "failed"])
+def test_the_retry_of_a_claim_whose_run_ended_is_done(store: Store, status: str) -> None:
+    """A retry that comes after its attempt finished answers done, whatever its reason; nothing changes."""
+    slot = recent(store)
+    run = win(store, slot, token="ended")
+    assert store.finish(JOB, slot, run.token, status)
+    ended = stored(store, JOB, slot)
+    for reason in ("schedule", "catch-up", "takeover"):
+        result = store.claim(JOB, slot, runner="r1", reason=reason, token="ended")
+        assert result.outcome == "done" and result.run == ended
+    assert stored(store, JOB, slot) == ended
+
+
+def test_a_released_attempt_and_a_retry_with_its_token_never_share_a_token(store: Store) -> None:
+    """A released attempt cannot be won again with its token: the claim follows the usual rules (its
+    lease ended: the next attempt, a hand-over that costs no attempt) and that attempt gets a new
+    token, so the released one's token stays fenced."""
+    slot = recent(store)
+    run = win(store, slot, lease_ms=LONG, max_attempts=1, token="handed")
+    assert store.release(JOB, slot, run.token)
+    result = store.claim(JOB, slot, runner="r1", lease_ms=LONG, max_attempts=1, token="handed")
+    assert result.outcome == "won" and result.run is not None
+    assert (result.run.attempt, result.run.runner, result.run.handed_over) == (2, "r1", True)
+    assert result.run.token not in ("handed", "")
+    assert store.heartbeat(JOB, slot, "handed", LONG) is False
+    assert store.finish(JOB, slot, "handed", "success") is False
+    assert store.heartbeat(JOB, slot, result.run.token, LONG) is True
+    # the same token once more: attempt 2 holds another token and a live lease
+    again = store.claim(JOB, slot, runner="r1", max_attempts=1, token="handed")
+    assert again.outcome == "running" and again.run == stored(store, JOB, slot)
+
+
 # -- queries -----------------------------------------------------------------------------------
 
 
@@ -965,6 +1066,11 @@ BAD_CLAIMS = [
     ("overlap", None),
     ("history_size", -1),
     ("history_size", True),
+    ("token", ""),
+    ("token", 5),
+    ("token", b"token"),
+    ("token", "to\x00ken"),
+    ("token", "to\ud800ken"),
 ]
 
 

@@ -432,8 +432,8 @@ def _meta(schema: str, table: str = TABLE) -> List[Tuple[str, str]]:
     return sorted(_query(f"SELECT key, value FROM {schema}.{table}_meta"))
 
 
-def test_first_open_stamps_schema_version_1_and_a_second_store_does_not_migrate_again(schema: str) -> None:
-    """The first store stamps schema_version = 1 in <table>_meta; a second store on the same schema
+def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrate_again(schema: str) -> None:
+    """The first store stamps schema_version = 2 in <table>_meta; a second store on the same schema
     reads the version and runs no migration (no CREATE FUNCTION/TABLE, no new stamp), keeping
     the tables and their data."""
     first = PostgresStore(_base_url(), schema=schema)
@@ -441,8 +441,8 @@ def test_first_open_stamps_schema_version_1_and_a_second_store_does_not_migrate_
         run = _win(first)
     finally:
         first.close()
-    assert SCHEMA_VERSION == 1
-    assert _meta(schema) == [("schema_version", "1")]
+    assert SCHEMA_VERSION == 2
+    assert _meta(schema) == [("schema_version", "2")]
     oids = _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid")
 
     statements: List[str] = []
@@ -456,7 +456,7 @@ def test_first_open_stamps_schema_version_1_and_a_second_store_does_not_migrate_
     assert "schema_version" in text  # it did read the version
     assert "CREATE FUNCTION" not in text and f"CREATE TABLE {schema}.{TABLE} " not in text
     assert "INSERT INTO" not in text
-    assert _meta(schema) == [("schema_version", "1")]
+    assert _meta(schema) == [("schema_version", "2")]
     assert _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid") == oids
 
 
@@ -473,6 +473,34 @@ def test_a_schema_stamped_by_a_newer_version_is_refused_with_upgrade_advice(sche
             assert not isinstance(info.value, StoreUnavailable)
             assert "99" in str(info.value)
     assert _meta(schema) == [("schema_version", "99")]
+
+
+def test_a_version_1_schema_gets_the_claim_function_of_version_2_and_keeps_its_runs(schema: str) -> None:
+    """A schema stamped version 1 (its claim function stands for version 1's: same signature, no
+    retry rule) is migrated by the next store that opens it: the claim function is replaced, not
+    overloaded, the runs stay, the retry of a won claim is told won, and the stamp is 2."""
+    with PostgresStore(_base_url(), schema=schema) as store:
+        run = _win(store)
+    _query(
+        f"CREATE OR REPLACE FUNCTION {schema}.{TABLE}_claim("
+        " p_job text, p_slot bigint, p_token text, p_runner text, p_reason text, p_lease bigint,"
+        " p_max_attempts bigint, p_max_late bigint, p_overlap text, p_keep bigint"
+        f") RETURNS TABLE (outcome text, run {schema}.{TABLE}) LANGUAGE plpgsql AS $$"
+        " BEGIN RAISE EXCEPTION 'the claim of version 1'; END $$"
+    )
+    _query(f"UPDATE {schema}.{TABLE}_meta SET value = '1' WHERE key = 'schema_version'")
+    with PostgresStore(_base_url(), schema=schema) as store:
+        assert store.get_run(JOB, run.slot_ms) == run
+        retry = store.claim(JOB, run.slot_ms, runner=run.runner, token=run.token)
+        assert retry.outcome == "won" and retry.run is not None
+        assert (retry.run.attempt, retry.run.token) == (1, run.token)
+    assert _meta(schema) == [("schema_version", "2")]
+    claims = _query(
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname = %s",
+        (schema, f"{TABLE}_claim"),
+    )
+    assert claims == [(1,)]
 
 
 def _open_and_claim(url: str, job: str, barrier: Any, results: Any) -> None:
@@ -496,7 +524,7 @@ def test_processes_opening_a_fresh_schema_at_once_all_succeed_and_create_it_once
     url = f"{_base_url()}?schema={schema}"
     results = race_in_processes(_open_and_claim, [(url, f"j{i}") for i in range(4)], timeout=60)
     assert sorted(results) == [(f"j{i}", "won") for i in range(4)]
-    assert _meta(schema) == [("schema_version", "1")]
+    assert _meta(schema) == [("schema_version", "2")]
     assert _query("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)) == [(1,)]
     functions = _query(
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s",

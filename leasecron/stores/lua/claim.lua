@@ -2,12 +2,16 @@
 -- server's clock.
 -- KEYS: the job's runs, slots, running, finished (see common.lua).
 -- ARGV[1] slot_ms       the slot claimed (decimal string)
--- ARGV[2] token         the token of the attempt, if this claim wins one
+-- ARGV[2] token         the token of the attempt, if this claim wins one; the
+--                       retry of the claim that won the run's current attempt
+--                       (same token and runner, not released) wins it again
 -- ARGV[3] runner        who claims
 -- ARGV[4] reason        'schedule', 'catch-up' or 'takeover'
 -- ARGV[5] lease_ms      ARGV[6] max_attempts   ARGV[7] max_late_ms
 -- ARGV[8] overlap       'skip' or 'allow'
 -- ARGV[9] history_size  finished runs to keep
+-- ARGV[10] fresh        a new random token, for a next attempt when ARGV[2]
+--                       is the token of the attempt it replaces
 -- Returns: {outcome} or {outcome, slot_ms, run JSON}, outcome one of
 -- won, running, overlap, late, early, done, none; a claim that stored the
 -- job's first run adds a 1: {'won', slot_ms, run JSON, 1} (the caller then
@@ -21,6 +25,7 @@ local max_attempts = tonumber(ARGV[6])
 local max_late_ms = tonumber(ARGV[7])
 local overlap = ARGV[8]
 local history_size = tonumber(ARGV[9])
+local fresh = ARGV[10]
 local now = now_ms()
 
 local function won(run)
@@ -40,6 +45,11 @@ if raw then
   if run.status ~= 'running' then
     return {'done', slot, raw}
   end
+  if run.token == token and run.runner == runner and run.released ~= 1 then
+    -- the retry of the claim that won this attempt (its answer was lost): renew the lease
+    run.lease_end_ms = now + lease_ms
+    return {'won', slot, save(slot, run)}
+  end
   if run.lease_end_ms > now then
     return {'running', slot, raw}
   end
@@ -52,6 +62,9 @@ if raw then
     return {'done', slot, finish_run(slot, run, now, 'interrupted', why)}
   end
   run.attempt = run.attempt + 1
+  if run.token == token then
+    token = fresh -- a token is never given to two attempts
+  end
   return won(run)
 end
 

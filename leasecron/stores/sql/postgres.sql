@@ -1,7 +1,8 @@
 -- The PostgreSQL store's queries. Loaded by leasecron.stores.queries.
 -- {schema} and {table} are checked to be plain identifiers; every value is a
 -- %(name)s parameter. The lease rules themselves are the PL/pgSQL functions
--- of migrate_1, so that each operation is one statement and one round trip:
+-- of the migrations (migrate_<version>, run in order on a schema that lacks
+-- them), so that each operation is one statement and one round trip:
 -- a function runs in the statement's own transaction (the connection is in
 -- autocommit mode), takes the job's advisory transaction lock first, and
 -- only then reads the clock, so the order of the operations on a job and of
@@ -38,7 +39,8 @@ INSERT INTO {schema}.{table}_meta (key, value) VALUES ('schema_version', %(versi
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: migrate_1
--- Version 1: the tables, their indexes and the functions of the operations.
+-- Version 1: the tables, their indexes and the functions of the operations
+-- but the claim, which migrate_2 (run after this one on a new schema) creates.
 --
 -- {table}: one row per run (job, slot). released: the current attempt's
 -- lease was released; handovers: how many attempts ended by a release.
@@ -94,9 +96,64 @@ LANGUAGE sql IMMUTABLE AS $$
         || '+00:00'
 $$;
 
+-- Store.heartbeat: true if the lease was renewed.
+CREATE FUNCTION {schema}.{table}_heartbeat(p_job text, p_slot bigint, p_token text, p_lease bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.{table}_lock(p_job);
+    UPDATE {schema}.{table} r SET lease_end_ms = {schema}.{table}_now() + p_lease
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
+      AND r.status = 'running' AND NOT r.released;
+    RETURN FOUND;
+END
+$$;
+
+-- Store.finish: true if the run was finished.
+CREATE FUNCTION {schema}.{table}_finish(
+    p_job text, p_slot bigint, p_token text, p_status text, p_error text
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.{table}_lock(p_job);
+    UPDATE {schema}.{table} r
+    SET status = p_status, error = p_error, finished_ms = {schema}.{table}_now()
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token AND r.status = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.{table}_jobs j SET finished = j.finished + 1 WHERE j.job = p_job;
+    RETURN true;
+END
+$$;
+
+-- Store.release: true if the run was released.
+CREATE FUNCTION {schema}.{table}_release(p_job text, p_slot bigint, p_token text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.{table}_lock(p_job);
+    UPDATE {schema}.{table} r
+    SET lease_end_ms = {schema}.{table}_now(), released = true, handovers = r.handovers + 1
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
+      AND r.status = 'running' AND NOT r.released;
+    RETURN FOUND;
+END
+$$;
+
+-- name: migrate_2
+-- Version 2: a claim may be retried with the token of its first try. Creates
+-- or replaces the claim function (version 1 had one without the retry rule;
+-- the signature is the same, so instances still running the previous release
+-- call the new one, and never give it a token any attempt had).
 -- Store.claim. Returns one row: the outcome, and the run it is about (NULL
--- for none, early, and late by the clock).
-CREATE FUNCTION {schema}.{table}_claim(
+-- for none, early, and late by the clock). p_token is the token of an
+-- attempt the claim wins; a claim whose run's current attempt holds p_token
+-- and p_runner, not released, is the retry of the claim that won it (its
+-- answer was lost): it wins that attempt again, with a renewed lease. A next
+-- attempt never gets the token of the attempt it replaces: it gets a new
+-- random one instead.
+CREATE OR REPLACE FUNCTION {schema}.{table}_claim(
     p_job text, p_slot bigint, p_token text, p_runner text, p_reason text,
     p_lease bigint, p_max_attempts bigint, p_max_late bigint, p_overlap text, p_keep bigint
 ) RETURNS TABLE (outcome text, run {schema}.{table})
@@ -118,6 +175,13 @@ BEGIN
             RETURN QUERY SELECT 'done'::text, v_run;
             RETURN;
         END IF;
+        IF v_run.token = p_token AND v_run.runner = p_runner AND NOT v_run.released THEN
+            UPDATE {schema}.{table} r SET lease_end_ms = v_now + p_lease
+            WHERE r.job = p_job AND r.slot_ms = p_slot
+            RETURNING * INTO v_run;
+            RETURN QUERY SELECT 'won'::text, v_run;
+            RETURN;
+        END IF;
         IF v_run.lease_end_ms > v_now THEN
             RETURN QUERY SELECT 'running'::text, v_run;
             RETURN;
@@ -136,7 +200,9 @@ BEGIN
             RETURN;
         END IF;
         UPDATE {schema}.{table} r
-        SET attempt = r.attempt + 1, token = p_token, runner = p_runner, lease_end_ms = v_now + p_lease,
+        SET attempt = r.attempt + 1,
+            token = CASE WHEN r.token = p_token THEN replace(gen_random_uuid()::text, '-', '') ELSE p_token END,
+            runner = p_runner, lease_end_ms = v_now + p_lease,
             released = false, reason = p_reason, started_ms = v_now
         WHERE r.job = p_job AND r.slot_ms = p_slot
         RETURNING * INTO v_run;
@@ -204,51 +270,6 @@ BEGIN
     END IF;
     UPDATE {schema}.{table}_jobs j SET finished = v_finished WHERE j.job = p_job AND j.finished <> v_finished;
     RETURN QUERY SELECT 'won'::text, v_run;
-END
-$$;
-
--- Store.heartbeat: true if the lease was renewed.
-CREATE FUNCTION {schema}.{table}_heartbeat(p_job text, p_slot bigint, p_token text, p_lease bigint)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {schema}.{table}_lock(p_job);
-    UPDATE {schema}.{table} r SET lease_end_ms = {schema}.{table}_now() + p_lease
-    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
-      AND r.status = 'running' AND NOT r.released;
-    RETURN FOUND;
-END
-$$;
-
--- Store.finish: true if the run was finished.
-CREATE FUNCTION {schema}.{table}_finish(
-    p_job text, p_slot bigint, p_token text, p_status text, p_error text
-) RETURNS boolean
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {schema}.{table}_lock(p_job);
-    UPDATE {schema}.{table} r
-    SET status = p_status, error = p_error, finished_ms = {schema}.{table}_now()
-    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token AND r.status = 'running';
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    UPDATE {schema}.{table}_jobs j SET finished = j.finished + 1 WHERE j.job = p_job;
-    RETURN true;
-END
-$$;
-
--- Store.release: true if the run was released.
-CREATE FUNCTION {schema}.{table}_release(p_job text, p_slot bigint, p_token text)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {schema}.{table}_lock(p_job);
-    UPDATE {schema}.{table} r
-    SET lease_end_ms = {schema}.{table}_now(), released = true, handovers = r.handovers + 1
-    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
-      AND r.status = 'running' AND NOT r.released;
-    RETURN FOUND;
 END
 $$;
 
