@@ -138,6 +138,8 @@ def test_runs_job_limit_and_json(tmp_path: Path) -> None:
 
 def test_runs_empty_store(tmp_path: Path) -> None:
     """`runs` on a store without runs says so and exits 0; `--json` prints []."""
+    with leasecron.open_store(sqlite_url(tmp_path)) as store:
+        assert store.jobs() == []  # creates the store: `runs` reads, never creates
     assert "No runs" in cli("runs", sqlite_url(tmp_path)).stdout
     assert json.loads(cli("runs", sqlite_url(tmp_path), "--json").stdout) == []
     bad = cli("runs", sqlite_url(tmp_path), "--limit", "0")
@@ -211,8 +213,14 @@ def test_jobs_last_run_and_next_slot(store_name: str, tmp_path: Path) -> None:
 
 
 def test_jobs_of_a_flask_app_factory(tmp_path: Path) -> None:
-    """`jobs --app app:create_app()` finds the LeaseCron of the example Flask app (its factory called)."""
+    """`jobs --app app:create_app()` finds the LeaseCron of the example Flask app (its factory called),
+    and reads its store without creating it: exit 1 naming the missing file until the store exists."""
     copy_example("flask/app.py", tmp_path)
+    missing = cli("jobs", "--app", "app:create_app()", cwd=tmp_path, env=environment())
+    assert missing.returncode == 1 and "'leasecron.db' does not exist" in missing.stderr, missing.stderr
+    assert not (tmp_path / "leasecron.db").exists()
+    with leasecron.open_store(sqlite_url(tmp_path, "leasecron.db")) as store:
+        assert store.jobs() == []
     result = cli("jobs", "--app", "app:create_app()", cwd=tmp_path, env=environment())
     assert result.returncode == 0, result.stderr
     [row] = parse_table(result.stdout)

@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--store", metavar="URL", help="a store URL the workers share (default: a temporary SQLite file)"
     )
 
-    runs = sub.add_parser("runs", help="list the stored runs, newest first", description="List the stored runs.")
+    runs = sub.add_parser(
+        "runs",
+        help="list the stored runs, newest first",
+        description="List the stored runs. Reads the store and creates nothing: a store that does not exist"
+        " is an error naming what is missing.",
+    )
     runs.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///leasecron.db")
     runs.add_argument("--job", metavar="NAME", help="only this job (default: every job with stored runs)")
     runs.add_argument("--limit", type=int, default=20, metavar="N", help="runs per job (default: 20)")
@@ -65,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the jobs: last run, stored runs, and (with --app) schedule and next slot",
         description="List each job with stored runs: its last run and how many runs the store keeps."
         " The store holds no schedules: --app module:attr (a LeaseCron, or a Flask app with"
-        " LeaseCronExtension) adds each registered job's schedule and next slot.",
+        " LeaseCronExtension) adds each registered job's schedule and next slot. Reads the store and"
+        " creates nothing: a store that does not exist is an error naming what is missing.",
     )
     jobs.add_argument("url", nargs="?", metavar="URL", help="store URL (default: the store of --app's LeaseCron)")
     jobs.add_argument("--app", metavar="module:attr", help="the LeaseCron (or Flask app) that registers the jobs")
@@ -74,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check",
         help="check a store: connectivity, schema, clock offset, round-trip time",
-        description="Open the store, create its schema, and measure its clock offset and round trip.",
+        description="Open the store, create its schema if it is missing (as an instance would), and"
+        " measure its clock offset and round trip.",
     )
     check.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///leasecron.db")
 
@@ -110,11 +117,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return handlers[args.command](args)
     except ConfigError as exc:
-        print(f"leasecron {args.command}: error: {exc}", file=sys.stderr)
+        print(f"leasecron {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except (commands.CommandError, LeaseCronError) as exc:
-        print(f"leasecron {args.command}: error: {exc}", file=sys.stderr)
+        print(f"leasecron {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"leasecron {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (libpq's span several: "Connection refused\n\tIs the server ...")."""
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())

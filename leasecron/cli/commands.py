@@ -10,6 +10,12 @@ that takes a store (or a LeaseCron) and returns the lines to print —
 the same functions with the Flask app's own cron. Expected failures raise
 :class:`~leasecron.ConfigError` (exit 2) or :class:`CommandError` (exit 1),
 which the command lines print as one line, without a traceback.
+
+``runs`` and ``jobs`` only read: they create nothing, neither the store a
+URL names (a missing SQLite file, PostgreSQL schema or table is an error
+naming it) nor the schema of an app's store (see :func:`reading`).
+``check`` creates the schema, as the first instance would: it checks that
+the store can be used, creating included.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Optional, Tuple
 
 from ..clock import StoreClock
 from ..errors import ConfigError
@@ -43,6 +50,7 @@ __all__ = [
     "format_table",
     "jobs_output",
     "load_cron",
+    "reading",
     "run_cron",
     "runs_output",
 ]
@@ -63,13 +71,34 @@ def _print(lines: List[str]) -> None:
         print(line)
 
 
+@contextmanager
+def reading(store: Store) -> Iterator[Store]:
+    """``store``, with its ``create`` flag off while the block runs: reading it creates nothing.
+
+    For a store its owner opened to create what is missing, such as an app's
+    (``--app``, ``flask leasecron``): a store whose schema is ready stays as
+    it is; one that was never used raises :class:`~leasecron.StoreError`
+    naming what is missing instead of creating it. A store without the flag
+    (a store class of the user's own) is read as it is.
+    """
+    before = getattr(store, "create", None)
+    if not isinstance(before, bool):
+        yield store
+        return
+    setattr(store, "create", False)  # noqa: B010 - not every Store has the attribute
+    try:
+        yield store
+    finally:
+        setattr(store, "create", before)  # noqa: B010
+
+
 # -- runs --------------------------------------------------------------------------------
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """``leasecron runs URL [--job NAME] [--limit N] [--json]``."""
     _check_limit(args.limit)
-    store = open_store(args.url)
+    store = open_store(args.url, create=False)
     try:
         _print(runs_output(store, args.job, args.limit, args.json))
     finally:
@@ -80,19 +109,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def runs_output(store: Store, job: Optional[str], limit: int, as_json: bool) -> List[str]:
     """The lines ``runs`` prints: every job's (or ``job``'s) newest ``limit`` runs, newest slot first.
 
-    ``as_json``: one JSON list of the runs' :meth:`~leasecron.Run.to_dict`.
+    ``as_json``: one JSON list of the runs' :meth:`~leasecron.Run.to_dict`. Creates nothing
+    (:func:`reading`).
     """
     _check_limit(limit)
-    jobs = [job] if job else store.jobs()
-    runs: List[Run] = []
-    for name in jobs:
-        runs.extend(store.runs(name, limit=limit))
-    if as_json:
-        return [json.dumps([run.to_dict() for run in runs], indent=2)]
-    if not runs:
-        what = f"job {job!r}" if job else "any job"
-        return [f"No runs of {what} in {store!r}."]
-    return runs_lines(runs, store.now_ms(), repr(store))
+    with reading(store):
+        jobs = [job] if job else store.jobs()
+        runs: List[Run] = []
+        for name in jobs:
+            runs.extend(store.runs(name, limit=limit))
+        if as_json:
+            return [json.dumps([run.to_dict() for run in runs], indent=2)]
+        if not runs:
+            what = f"job {job!r}" if job else "any job"
+            return [f"No runs of {what} in {store!r}."]
+        return runs_lines(runs, store.now_ms(), repr(store))
 
 
 def _check_limit(limit: int) -> None:
@@ -108,7 +139,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     cron = load_cron(args.app, what="--app") if args.app else None
     if args.url is None and cron is None:
         raise ConfigError("give a store URL, or --app module:attr (whose LeaseCron names the store)")
-    store = open_store(args.url) if args.url is not None else None
+    store = open_store(args.url, create=False) if args.url is not None else None
     try:
         _print(jobs_output(store or _store_of(cron), cron, args.json))
     finally:
@@ -124,12 +155,15 @@ def _store_of(cron: Optional[LeaseCron]) -> Store:
 
 def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[str]:
     """The lines ``jobs`` prints: each job with stored runs (and each job of ``cron``), with its
-    last run, how many runs the store keeps, and — from ``cron``'s schedules — its next slot."""
+    last run, how many runs the store keeps, and — from ``cron``'s schedules — its next slot.
+    Creates nothing (:func:`reading`)."""
     registered = cron.jobs if cron is not None else {}
-    now_ms = store.now_ms()
+    with reading(store):
+        now_ms = store.now_ms()
+        names = sorted(set(store.jobs()) | set(registered))
+        runs_of = {name: store.runs(name, limit=COUNT_CAP + 1) for name in names}
     rows = []
-    for name in sorted(set(store.jobs()) | set(registered)):
-        runs = store.runs(name, limit=COUNT_CAP + 1)
+    for name, runs in runs_of.items():
         job = registered.get(name)
         rows.append(
             JobRow(

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConfigError
 from ..stores import open_store
+from ..stores.urls import masked_url
 from .demo_report import EVERY_MS, JOB, clock, report
 
 __all__ = ["cmd_demo", "Demo"]
@@ -129,10 +130,11 @@ class Demo:
         env = dict(os.environ)
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        env["LEASECRON_STORE"] = self.url  # not in the arguments: any user of the host can read those
         history = str(int(self.seconds * 1000 / EVERY_MS) + 100)  # keep every run of the demo
         with open(stderr_path, "w") as stderr:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "leasecron.cli.worker", "--store", self.url, "--runner", name]
+                [sys.executable, "-m", "leasecron.cli.worker", "--runner", name]
                 + WORKER_OPTIONS + ["--history-size", history],
                 stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1, env=env,
                 start_new_session=True,  # a Ctrl-C in the terminal reaches the demo only; it stops them
@@ -216,7 +218,7 @@ class Demo:
         self.out.flush()
 
     def legend(self) -> None:
-        where = f"{self.url} (temporary, removed at the end)" if self.temporary else self.url
+        where = f"{self.url} (temporary, removed at the end)" if self.temporary else masked_url(self.url)
         third, two_thirds = f"~{self.seconds / 3:.0f} s", f"~{2 * self.seconds / 3:.0f} s"
         width = max(len(third), len(two_thirds), len(f"~{self.seconds:.0f} s"))
         lines = [

@@ -15,6 +15,10 @@ stdout for every event, so a parent process can follow it:
   answer to a finish sent with the lost attempt's token (fencing says no).
 
 Every line has ``runner``, ``pid`` and ``t`` (the wall clock, epoch ms).
+
+The URL may come from the environment's ``LEASECRON_STORE`` instead of
+``--store``, which keeps a password out of the process list (the demo passes
+it so).
 """
 
 from __future__ import annotations
@@ -44,7 +48,11 @@ def emit(runner: str, event: str, **fields: Any) -> None:
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m leasecron.cli.worker", description=__doc__.split("\n")[0])
-    p.add_argument("--store", required=True, help="store URL")
+    p.add_argument(
+        "--store",
+        default=os.environ.get("LEASECRON_STORE"),
+        help="store URL (default: the environment's LEASECRON_STORE)",
+    )
     p.add_argument("--runner", required=True, help="this instance's runner name")
     p.add_argument("--job", default="demo", help="job name (default: demo)")
     p.add_argument("--every", type=float, default=2.0, help="interval in seconds (default: 2)")
@@ -59,7 +67,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--history-size", type=int, default=100, help="finished runs the store keeps (default: 100)")
     p.add_argument("--ignore-abort", action="store_true", help="the handler ignores its signal")
     p.add_argument("--probe-finish", action="store_true", help="after lost, try a finish with the old token")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.store:
+        p.error("give --store URL, or set LEASECRON_STORE")
+    return args
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -20,7 +20,6 @@ A backend whose client library is an optional extra imports it through
 from __future__ import annotations
 
 import importlib
-import re
 from types import ModuleType
 from typing import Dict, Tuple
 from urllib.parse import urlsplit
@@ -30,6 +29,7 @@ from .base import Store
 from .delegating import DelegatingStore
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
+from .urls import masked_url, without_secrets
 
 __all__ = ["Store", "DelegatingStore", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHEMES"]
 
@@ -46,24 +46,32 @@ SCHEMES: Dict[str, Tuple[str, str]] = {
 }
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """Open the store a URL names, for example ``sqlite:///leasecron.db``.
+
+    ``create=False`` opens a store that creates nothing: no SQLite file, no
+    PostgreSQL schema or table, no migration. An operation on a store that
+    does not exist then raises :class:`~leasecron.StoreError` naming what is
+    missing (the read-only commands, ``leasecron runs`` and ``jobs``, open
+    their store so). Redis and memory stores create nothing to read, and
+    accept the flag.
 
     Raises :class:`~leasecron.ConfigError` for an unknown scheme or bad
     options, and for a backend whose client library is not installed (the
-    message says what to install).
+    message says what to install). No message shows a password of the URL.
     """
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"store URL must look like scheme://..., not {url!r}; known schemes: {_known()}")
+        shown = repr(masked_url(url)) if isinstance(url, str) else repr(url)
+        raise ConfigError(f"store URL must look like scheme://..., not {shown}; known schemes: {_known()}")
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:  # urllib's own complaint, say "Invalid IPv6 URL"
-        raise ConfigError(f"bad store URL {_masked(url)!r}: {exc}") from None
+        raise ConfigError(f"bad store URL {masked_url(url)!r}: {without_secrets(str(exc), url)}") from None
     if scheme not in SCHEMES:
-        raise ConfigError(f"unknown store URL scheme {scheme!r} in {url!r}; known schemes: {_known()}")
+        raise ConfigError(f"unknown store URL scheme {scheme!r} in {masked_url(url)!r}; known schemes: {_known()}")
     module_name, class_name = SCHEMES[scheme]
     store_class = getattr(importlib.import_module(module_name), class_name)
-    store: Store = store_class.from_url(url)
+    store: Store = store_class.from_url(url, create=create)
     return store
 
 
@@ -76,11 +84,6 @@ def require(module: str, *, extra: str, store: str) -> ModuleType:
             f"{store} needs the Python package {module!r}, which is not installed:"
             f" pip install 'leasecron[{extra}]'"
         ) from exc
-
-
-def _masked(url: str) -> str:
-    """``url`` with the password of its user part masked, read without urllib (which failed)."""
-    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
 def _known() -> str:

@@ -13,7 +13,10 @@ The schema (``schema`` option, default ``public``) holds ``<table>``,
 ``<table>_jobs``, ``<table>_meta`` (the schema version) and the functions
 ``<table>_claim`` and so on. It is created on first use and migrated by
 version under a transaction-level advisory lock, by any role that may create
-tables in the schema: no superuser, no extension.
+tables in the schema: no superuser, no extension. A store opened with
+``create=False`` never creates or migrates anything: it fails, naming what is
+missing, on a database without the schema or the tables, and reads an older
+schema as it is.
 
 Connections come from a small thread-safe pool (at most ``max_connections``;
 a caller waits for a free one) or from a psycopg2 pool the caller passes. A
@@ -58,6 +61,7 @@ from .base import (
 )
 from .queries import check_identifier, load_queries
 from .rules import new_token, read_record
+from .urls import masked_url, without_secrets
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
@@ -82,6 +86,12 @@ DEFAULT_TIMEOUT_S = 5.0
 
 #: How long a caller waits for a free pooled connection.
 POOL_WAIT_S = 10.0
+
+#: Which of ``names`` are tables of ``schema`` (a store opened with ``create=False`` checks them).
+_TABLES_FOUND = """
+    SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) AND c.relkind IN ('r', 'p')
+"""
 
 _RUN_COLUMNS = (
     "job", "slot_ms", "attempt", "token", "runner", "status", "lease_end_ms",
@@ -262,6 +272,16 @@ class PostgresStore(Store):
     several applications can share one database. ``max_connections`` bounds
     the store's own pool. ``timeout`` (seconds) bounds the wait for the
     answer to each statement on the store's own connections.
+
+    ``create`` (default true): the first operation creates the schema and
+    the tables, or migrates them to this release's version. With
+    ``create=False`` the store creates and migrates nothing: an operation
+    on a database without the schema or one of the tables raises
+    :class:`~leasecron.StoreError` naming it (``schema.table``); a schema of
+    an older version is read as it is (an operation that writes may need
+    the current one); a newer one is refused, as always. ``create`` may be
+    changed before the first operation (the ``leasecron`` commands that only
+    read switch it off for an app's store).
     """
 
     kind = "postgresql"
@@ -275,6 +295,7 @@ class PostgresStore(Store):
         table: str = "leasecron_runs",
         max_connections: int = 8,
         timeout: float = DEFAULT_TIMEOUT_S,
+        create: bool = True,
     ) -> None:
         self._psycopg2 = require("psycopg2", extra="postgres", store="PostgresStore")
         if (dsn is None) == (pool is None):
@@ -284,6 +305,7 @@ class PostgresStore(Store):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ConfigError(f"timeout must be a number of seconds above 0 and at most 3600, not {timeout!r}")
         self._timeout_s = float(timeout)
+        self.create = create
         # PostgreSQL folds unquoted names to lower case; so do we, to find them again.
         self.schema = check_identifier(schema, "schema").lower()
         self.table = check_identifier(table).lower()
@@ -299,20 +321,21 @@ class PostgresStore(Store):
                 raise ConfigError(f"PostgreSQL DSN must be a non-empty string, not {dsn!r}")
             self._pool = _Pool(self._psycopg2, _with_defaults(dsn), max_connections, self._timeout_s)
             self._owns_pool = True
-            self._label = _safe_dsn(dsn)
+            self._label = masked_url(dsn)
         self._schema_lock = threading.Lock()
-        self._schema_ready = False
+        self._schema_ready = False  # created or migrated (or found current) by a store that creates
+        self._schema_found = False  # found by a store that does not create
 
     @classmethod
-    def from_url(cls, url: str) -> "PostgresStore":
+    def from_url(cls, url: str, *, create: bool = True) -> "PostgresStore":
         """Open ``postgresql://[user[:password]@]host[:port]/database``.
 
         Query options: ``schema``, ``table``, ``max_connections``, ``timeout``; every other
         option is passed to libpq (for example ``sslmode`` or
-        ``connect_timeout``).
+        ``connect_timeout``). ``create``: as the constructor's.
         """
         parts = urlsplit(url)
-        options: Dict[str, Any] = {}
+        options: Dict[str, Any] = {"create": create}
         libpq: List[Tuple[str, str]] = []
         for key, value in parse_qsl(parts.query, keep_blank_values=True):
             if key in ("schema", "table"):
@@ -321,17 +344,17 @@ class PostgresStore(Store):
                 try:
                     options[key] = int(value)
                 except ValueError:
-                    raise ConfigError(f"max_connections in {_safe_dsn(url)!r} must be an integer") from None
+                    raise ConfigError(f"max_connections in {masked_url(url)!r} must be an integer") from None
             elif key == "timeout":
                 try:
                     options[key] = float(value)
                 except ValueError:
-                    raise ConfigError(f"timeout in {_safe_dsn(url)!r} must be a number of seconds") from None
+                    raise ConfigError(f"timeout in {masked_url(url)!r} must be a number of seconds") from None
             else:
                 libpq.append((key, value))
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq, quote_via=quote), ""))
         store = cls(dsn, **options)
-        store._label = _safe_dsn(url)
+        store._label = masked_url(url)
         return store
 
     # -- connections ----------------------------------------------------------------
@@ -362,7 +385,7 @@ class PostgresStore(Store):
 
     def _create_schema(self, cur: "_Cursor") -> None:
         with self._schema_lock:
-            if self._schema_ready:
+            if self._schema_ready or (self._schema_found and not self.create):
                 return
             q = self._q
             cur.execute(q["reserved_words"], {"names": [self.schema, self.table]})
@@ -372,6 +395,10 @@ class PostgresStore(Store):
                     f"{', '.join(map(repr, reserved))} is a reserved word in PostgreSQL:"
                     " choose another schema or table name"
                 )
+            if not self.create:
+                self._find_schema(cur)
+                self._schema_found = True
+                return
             cur.execute("BEGIN")
             try:
                 cur.execute(q["lock_schema"], {"name": f"leasecron:{self.schema}.{self.table}"})
@@ -379,14 +406,7 @@ class PostgresStore(Store):
                 if cur.fetchone() is None:
                     cur.execute(q["create_schema"])
                 cur.execute(q["create_meta"])
-                cur.execute(q["get_version"])
-                row = cur.fetchone()
-                version = int(row[0]) if row else 0
-                if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        f"PostgreSQL table {self.schema}.{self.table} has schema version {version}, newer"
-                        f" than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
-                    )
+                version = self._version(cur)
                 for step in range(version + 1, SCHEMA_VERSION + 1):
                     cur.execute(q[f"migrate_{step}"])
                 if version < SCHEMA_VERSION:
@@ -397,6 +417,34 @@ class PostgresStore(Store):
                     cur.execute("ROLLBACK")
                 raise
             self._schema_ready = True
+
+    def _find_schema(self, cur: "_Cursor") -> None:
+        """What ``create=False`` does instead of creating: check that the schema and the tables
+        exist and are not newer than this release, and change nothing."""
+        missing = "does not exist (a store with create=False creates nothing)"
+        cur.execute(self._q["schema_exists"], {"schema": self.schema})
+        if cur.fetchone() is None:
+            raise StoreError(f"PostgreSQL schema {self.schema!r} {missing}")
+        names = [self.table, f"{self.table}_jobs", f"{self.table}_meta"]
+        cur.execute(_TABLES_FOUND, {"schema": self.schema, "names": names})
+        found = {row[0] for row in cur.fetchall()}
+        for name in names:
+            if name not in found:
+                raise StoreError(f"PostgreSQL table {self.schema}.{name} {missing}")
+        self._version(cur)
+
+    def _version(self, cur: "_Cursor") -> int:
+        """The schema version stamped in ``<table>_meta`` (0: none yet); StoreError if it is newer
+        than this release's."""
+        cur.execute(self._q["get_version"])
+        row = cur.fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"PostgreSQL table {self.schema}.{self.table} has schema version {version}, newer"
+                f" than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
+            )
+        return version
 
     def _one(self, name: str, doing: str, **params: Any) -> Tuple[Any, ...]:
         with self._cursor(doing) as cur:
@@ -543,12 +591,13 @@ def _with_defaults(dsn: str) -> str:
     extensions = require("psycopg2.extensions", extra="postgres", store="PostgresStore")
     try:
         given = extensions.parse_dsn(dsn)
-    except Exception as exc:  # psycopg2.ProgrammingError: a DSN libpq cannot read
-        raise ConfigError(f"bad PostgreSQL DSN {_safe_dsn(dsn)!r}: {str(exc).strip()}") from exc
+    except Exception as exc:  # psycopg2.ProgrammingError: a DSN libpq cannot read; it may quote the password
+        raise ConfigError(f"bad PostgreSQL DSN {masked_url(dsn)!r}: {without_secrets(str(exc).strip(), dsn)}") from exc
     for port in str(given.get("port") or "").split(","):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):  # libpq only says so when it connects
             raise ConfigError(
-                f"bad PostgreSQL DSN {_safe_dsn(dsn)!r}: port must be a number from 1 to 65535, not {port!r}"
+                f"bad PostgreSQL DSN {masked_url(dsn)!r}: port must be a number from 1 to 65535,"
+                f" not {without_secrets(port, dsn)!r}"
             )
     defaults = dict(CONNECT_DEFAULTS)
     if extensions.libpq_version() >= 120000:
@@ -556,26 +605,3 @@ def _with_defaults(dsn: str) -> str:
     extra = {k: v for k, v in defaults.items() if k not in given}
     return str(extensions.make_dsn(dsn, **extra)) if extra else dsn
 
-
-def _safe_dsn(dsn: str) -> str:
-    """``dsn`` without its password, for messages.
-
-    A URL loses the password of its user part and of its query; any other
-    DSN is read by libpq's own parser, which finds a password in any form.
-    """
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        netloc = parts.netloc
-        if parts.password is not None:
-            netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
-        query = [(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-        return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, quote_via=quote, safe="*"), ""))
-    extensions = require("psycopg2.extensions", extra="postgres", store="PostgresStore")
-    try:
-        params = extensions.parse_dsn(dsn)
-    except Exception:  # noqa: BLE001 - psycopg2.ProgrammingError: not a DSN; show nothing of it
-        return "(a DSN libpq cannot read)"
-    if "password" not in params:
-        return dsn
-    params["password"] = "***"
-    return " ".join(f"{key}={value}" for key, value in params.items())

@@ -60,6 +60,7 @@ from .base import (
     validate_token_args,
 )
 from .rules import new_token, read_record
+from .urls import masked_url, without_secrets
 
 __all__ = ["RedisStore", "job_keys"]
 
@@ -131,11 +132,15 @@ class RedisStore(Store):
     caller's to close. ``prefix`` starts every key, so several applications
     can share one server; it must not contain ``{`` or ``}`` (they would
     change the keys' hash tag).
+
+    ``create`` is accepted for the signature every store shares
+    (:func:`~leasecron.open_store`'s ``create=False``): a Redis store has
+    nothing to create before it is read (reads write no key).
     """
 
     kind = "redis"
 
-    def __init__(self, client: Any, *, prefix: str = "leasecron") -> None:
+    def __init__(self, client: Any, *, prefix: str = "leasecron", create: bool = True) -> None:
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
             raise ConfigError(f"Redis key prefix must be a non-empty string without braces, not {prefix!r}")
         if client is None or not hasattr(client, "evalsha"):
@@ -143,6 +148,7 @@ class RedisStore(Store):
         self._redis = require("redis", extra="redis", store="RedisStore")
         self.client = client
         self.prefix = prefix
+        self.create = create
         self._scripts = _load_scripts()
         self._jobs_key = f"{prefix}:jobs"
         self._registered: Set[str] = set()
@@ -151,30 +157,32 @@ class RedisStore(Store):
         self._label = f"{type(client).__name__}"
 
     @classmethod
-    def from_url(cls, url: str, **client_options: Any) -> "RedisStore":
+    def from_url(cls, url: str, *, create: bool = True, **client_options: Any) -> "RedisStore":
         """Open ``redis://[user:password@]host[:port][/db]`` (or ``rediss://``,
         ``valkey://``, ``valkeys://``).
 
         Query options: ``prefix`` (default ``leasecron``); ``cluster=true``
         for a Redis/Valkey Cluster (the URL names any one node); and any
         option redis-py's ``from_url`` knows, such as ``socket_timeout``.
+        ``create``: as the constructor's.
         """
         redis = require("redis", extra="redis", store="RedisStore")
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
+        shown = masked_url(url)
         if scheme not in URL_SCHEMES:
-            raise ConfigError(f"RedisStore URL must start with one of {', '.join(URL_SCHEMES)}, not {url!r}")
+            raise ConfigError(f"RedisStore URL must start with one of {', '.join(URL_SCHEMES)}, not {shown!r}")
         database = parts.path.strip("/")
         if database and not database.isdigit():  # redis-py would quietly use database 0
             raise ConfigError(
-                f"bad Redis URL {_safe_url(url)!r}: the database must be a number (redis://host:6379/0),"
-                f" not {database!r}"
+                f"bad Redis URL {shown!r}: the database must be a number (redis://host:6379/0),"
+                f" not {without_secrets(database, url)!r}"
             )
         query = parse_qs(parts.query, keep_blank_values=True)
         prefix = query.pop("prefix", ["leasecron"])[-1]
         cluster = query.pop("cluster", ["false"])[-1].lower()
         if cluster not in ("true", "false", "1", "0", "yes", "no"):
-            raise ConfigError(f"cluster in {url!r} must be true or false, not {cluster!r}")
+            raise ConfigError(f"cluster in {shown!r} must be true or false, not {cluster!r}")
         target = urlunsplit((URL_SCHEMES[scheme], parts.netloc, parts.path, urlencode(query, doseq=True), ""))
         options: Dict[str, Any] = {
             "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
@@ -188,13 +196,15 @@ class RedisStore(Store):
                 options.setdefault("retry", redis.retry.Retry(redis.backoff.NoBackoff(), 0))
                 client = redis.Redis.from_url(target, **options)
         except (ValueError, TypeError) as exc:
-            raise ConfigError(f"bad Redis URL {_safe_url(url)!r}: {exc}") from exc
-        except redis.exceptions.RedisError as exc:
-            raise _store_error(redis, exc, f"cannot connect to {_safe_url(url)}") from exc
-        store = cls(client, prefix=prefix)
+            raise ConfigError(f"bad Redis URL {shown!r}: {without_secrets(str(exc), url)}") from exc
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+            # RedisClusterException (no node answers as a cluster node) is no RedisError
+            error = _store_error(redis, exc, f"cannot connect to {shown}")
+            raise type(error)(without_secrets(str(error), url)) from exc
+        store = cls(client, prefix=prefix, create=create)
         store.kind = "valkey" if scheme.startswith("valkey") else "redis"
         store._owns_client = True
-        store._label = _safe_url(url)
+        store._label = shown
         return store
 
     # -- calls -------------------------------------------------------------------
@@ -367,12 +377,3 @@ def _store_error(redis: Any, exc: Exception, doing: str) -> StoreError:
         return StoreUnavailable(text)
     return StoreError(text)
 
-
-def _safe_url(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{netloc}", parts.path, parts.query, ""))

@@ -89,3 +89,26 @@ def test_require_returns_an_installed_module() -> None:
     import sqlite3
 
     assert require("sqlite3", extra="none", store="SQLiteStore") is sqlite3
+
+
+def test_create_false_reaches_every_store_class(tmp_path: Path) -> None:
+    """open_store(url, create=False) opens each kind of store with create=False (default: True);
+    none of them touches its server or file to open."""
+    from tests.conftest import SERVERS
+
+    pg_host, pg_port, pg_db = SERVERS.postgres()
+    urls = [
+        "memory://",
+        f"sqlite:///{tmp_path / 'x.db'}",
+        "redis://127.0.0.1:6379/0",
+        "valkey://127.0.0.1:6379/0",
+        f"postgresql://{pg_host}:{pg_port}/{pg_db}",
+    ]
+    for url in urls:
+        for create in (None, True, False):
+            store = leasecron.open_store(url) if create is None else leasecron.open_store(url, create=create)
+            try:
+                assert store.create is (create is not False), url  # type: ignore[attr-defined]
+            finally:
+                store.close()
+    assert not list(tmp_path.iterdir())
