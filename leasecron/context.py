@@ -9,13 +9,14 @@ from datetime import datetime
 from typing import Callable, List, Optional
 
 from .errors import Aborted
+from .states import AbortReason
 
 __all__ = ["Context", "Signal", "LOST", "STOP"]
 
 #: ``Signal.reason`` when the lease was lost (fenced, or not renewable).
-LOST = "lost"
+LOST = AbortReason.LOST
 #: ``Signal.reason`` when the instance is stopping.
-STOP = "stop"
+STOP = AbortReason.STOP
 
 
 class Signal(threading.Event):

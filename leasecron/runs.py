@@ -15,9 +15,14 @@ import dataclasses
 from datetime import datetime, timezone
 from typing import Optional
 
+from .states import Outcome, Reason, Status
+
 __all__ = [
     "Run",
     "Claim",
+    "Status",
+    "Outcome",
+    "Reason",
     "RUNNING",
     "SUCCESS",
     "FAILED",
@@ -35,23 +40,21 @@ __all__ = [
     "slot_datetime",
 ]
 
-# Statuses of a run.
-RUNNING = "running"
-SUCCESS = "success"
-FAILED = "failed"
-INTERRUPTED = "interrupted"
-STATUSES = (RUNNING, SUCCESS, FAILED, INTERRUPTED)
-FINISH_STATUSES = (SUCCESS, FAILED)
+# The named values (str Enums, see leasecron.states), also under their 0.1 names.
+RUNNING = Status.RUNNING
+SUCCESS = Status.SUCCESS
+FAILED = Status.FAILED
+INTERRUPTED = Status.INTERRUPTED
+STATUSES = Status.values()
+FINISH_STATUSES = (SUCCESS.value, FAILED.value)
 
-# Why a claim was made.
-SCHEDULE = "schedule"
-CATCH_UP = "catch-up"
-TAKEOVER = "takeover"
-REASONS = (SCHEDULE, CATCH_UP, TAKEOVER)
+SCHEDULE = Reason.SCHEDULE
+CATCH_UP = Reason.CATCH_UP
+TAKEOVER = Reason.TAKEOVER
+REASONS = Reason.values()
 
-# Outcomes of a claim (see the table in SPEC.md and Claim below).
-WON = "won"
-OUTCOMES = (WON, "running", "overlap", "late", "early", "done", "none")
+WON = Outcome.WON
+OUTCOMES = Outcome.values()
 
 #: A new claim is late when ``now - slot_ms > max_late_ms + LATE_TOLERANCE_MS``.
 LATE_TOLERANCE_MS = 10_000

@@ -1,0 +1,96 @@
+"""The named values of the protocol, each set a ``str`` Enum.
+
+Each member *is* its string (``Outcome.WON == "won"``), prints as it
+(``str(Outcome.WON) == f"{Outcome.WON}" == "won"``, and ``repr`` is the
+string's, so a :class:`~leasecron.Run` holding one reads as before) and is
+stored as it: the stores, the events and the JSON output carry the plain
+strings they always did, and a value read back from a store compares equal
+to its member.
+
+* :class:`Status`: a run's status in the store;
+* :class:`Outcome`: a store's answer to a claim;
+* :class:`Reason`: why a claim was made (and so why an attempt started);
+* :class:`AbortReason`: why ``ctx.signal`` aborted;
+* :class:`LostCause`: why a runner lost its run (the ``reason`` of ``lost``);
+* :class:`LiveState`: where a run this instance executes stands.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Tuple
+
+__all__ = ["StrEnum", "Status", "Outcome", "Reason", "AbortReason", "LostCause", "LiveState"]
+
+
+class StrEnum(str, enum.Enum):
+    """A ``str`` Enum that prints as its value on every Python version."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return str(self.value).__format__(spec)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    @classmethod
+    def values(cls) -> Tuple[str, ...]:
+        """The plain string values, in definition order."""
+        return tuple(str(member.value) for member in cls)
+
+
+class Status(StrEnum):
+    """A run's status. "Expired" is not one: it is a running run whose lease end has passed."""
+
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class Outcome(StrEnum):
+    """A store's answer to a claim (see :class:`~leasecron.Claim`)."""
+
+    WON = "won"
+    RUNNING = "running"
+    OVERLAP = "overlap"
+    LATE = "late"
+    EARLY = "early"
+    DONE = "done"
+    NONE = "none"
+
+
+class Reason(StrEnum):
+    """Why a claim was made: a scheduled slot, a catch-up on start, or a backup's check."""
+
+    SCHEDULE = "schedule"
+    CATCH_UP = "catch-up"
+    TAKEOVER = "takeover"
+
+
+class AbortReason(StrEnum):
+    """``Signal.reason``: the lease was lost, or the instance is stopping."""
+
+    LOST = "lost"
+    STOP = "stop"
+
+
+class LostCause(StrEnum):
+    """The ``reason`` of a ``lost`` event: the store holds another attempt (or refused the
+    token), or the lease could not be renewed for ``lease_ms``."""
+
+    FENCED = "fenced"
+    UNRENEWED = "unrenewed"
+
+
+class LiveState(StrEnum):
+    """A live run: ``running`` -> ``finishing`` -> ``ended``; ``running`` or ``finishing``
+    -> ``lost``; ``running`` -> ``abandoned`` (the stop timeout passed)."""
+
+    RUNNING = "running"
+    FINISHING = "finishing"
+    ENDED = "ended"
+    LOST = "lost"
+    ABANDONED = "abandoned"
