@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..errors import ConfigError
 from ..stores import open_store
 from ..stores.urls import masked_url
-from .demo_report import EVERY_MS, JOB, clock, report
+from .demo_report import EVERY_MS, JOB, DemoRecord, clock, report
 
 __all__ = ["cmd_demo", "Demo"]
 
@@ -205,7 +205,17 @@ class Demo:
         self.say(f"time is up: SIGTERM to every worker ({', '.join(w.name for w in self.alive())})")
         self.stop_all()
         self.out.flush(everything=True)
-        return report(self)
+        return report(self.record())
+
+    def record(self) -> DemoRecord:
+        """What the report needs of this demo."""
+        marks = {}
+        stories = [(self.kill, "SIGKILLed"), (self.term, "SIGTERMed")]
+        for story, what in stories:
+            if story is not None and story.signal_ms is not None:
+                marks[story.slot_ms] = f"<- {story.victim.name} {what} mid-job"
+        summaries = [story.summary for story, _ in stories if story is not None and story.summary]
+        return DemoRecord(self.url, self.launch_ms, self.seconds, self.log, marks, summaries, self.notes)
 
     def pump(self, wait_s: float) -> None:
         try:

@@ -8,17 +8,16 @@ stored as ``success``, by the runner and attempt that logged it).
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..runs import Run
+from ..states import Status
 from ..stores import open_store
 from .commands import format_table
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .demo import Demo
-
-__all__ = ["JOB", "EVERY_MS", "clock", "report", "verdict"]
+__all__ = ["JOB", "EVERY_MS", "DemoRecord", "clock", "report", "verdict"]
 
 JOB = "demo"
 EVERY_MS = 2_000
@@ -31,18 +30,29 @@ def clock(ms: Optional[int]) -> str:
     return datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S.") + f"{ms % 1000:03d}"
 
 
-def report(demo: "Demo") -> int:
+@dataclasses.dataclass(frozen=True)
+class DemoRecord:
+    """What the demo saw, for its report: the store, when the workers started and how long
+    they ran, every event each worker logged (``(worker, event)`` in arrival order), what
+    happened at the slots the demo acted on, the stories' summaries and any notes."""
+
+    url: str
+    launch_ms: int
+    seconds: float
+    log: List[Tuple[str, Dict[str, Any]]]
+    marks: Dict[int, str]
+    summaries: List[str]
+    notes: List[str]
+
+
+def report(demo: DemoRecord) -> int:
     """Print the stored runs and the stories; return the verdict's exit code."""
     store = open_store(demo.url)
     try:
         stored = {r.slot_ms: r for r in store.runs(JOB, limit=1_000_000) if r.slot_ms >= demo.launch_ms}
     finally:
         store.close()
-    marks = {}
-    if demo.kill is not None and demo.kill.signal_ms is not None:
-        marks[demo.kill.slot_ms] = f"<- {demo.kill.victim.name} SIGKILLed mid-job"
-    if demo.term is not None and demo.term.signal_ms is not None:
-        marks[demo.term.slot_ms] = f"<- {demo.term.victim.name} SIGTERMed mid-job"
+    marks = demo.marks
     print(f"\nStored runs of job {JOB!r}, read from the store after every worker stopped:")
     rows = [
         [clock(r.slot_ms), str(r.attempt), r.runner, r.status, r.reason, "yes" if r.handed_over else "no",
@@ -53,14 +63,13 @@ def report(demo: "Demo") -> int:
     for line in format_table(headers, rows, align="lr"):
         print("  " + line)
     print()
-    for story in (demo.kill, demo.term):
-        if story is not None and story.summary:
-            print(story.summary)
+    for summary in demo.summaries:
+        print(summary)
     for note in demo.notes:
         print(f"Note:      {note}")
     return verdict(demo, stored)
 
-def verdict(demo: "Demo", stored: Dict[int, Run]) -> int:
+def verdict(demo: DemoRecord, stored: Dict[int, Run]) -> int:
     """Every slot from the first to the last seen: one success event in all logs, stored as success."""
     seen = {e["slot_ms"] for _, e in demo.log if e.get("job") == JOB and e.get("slot_ms") is not None}
     seen |= set(stored)
@@ -81,7 +90,7 @@ def verdict(demo: "Demo", stored: Dict[int, Run]) -> int:
             why.append(f"the handler completed {len(ends)} times")
         if run is None:
             why.append("no stored run")
-        elif run.status != "success":
+        elif run.status != Status.SUCCESS:
             why.append(f"stored as {run.status} (attempt {run.attempt}, {run.runner})")
         elif len(wins) == 1 and (wins[0][0], wins[0][1].get("attempt")) != (run.runner, run.attempt):
             why.append(f"stored success is {run.runner} attempt {run.attempt}, not the logged {wins[0][0]}")
