@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from .. import __version__
 from ..errors import ConfigError, LeaseCronError
@@ -43,55 +43,52 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"leasecron {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    demo = sub.add_parser(
+    demo = _command(
+        sub,
         "demo",
-        help="watch 3 worker processes share a job: claims, a crash and takeover, a hand-over",
-        description="Run 3 real worker processes on one store with a job every 2 s; SIGKILL one runner"
-        " mid-job and SIGTERM another, and show that every slot still ran exactly once.",
+        "watch 3 worker processes share a job: claims, a crash and takeover, a hand-over",
+        "Run 3 real worker processes on one store with a job every 2 s; SIGKILL one runner mid-job and SIGTERM"
+        " another, and show that every slot still ran exactly once.",
     )
     demo.add_argument("--seconds", type=float, default=30.0, help="how long the demo runs (default: 30)")
     demo.add_argument(
         "--store", metavar="URL", help="a store URL the workers share (default: a temporary SQLite file)"
     )
 
-    runs = sub.add_parser(
-        "runs",
-        help="list the stored runs, newest first",
-        description="List the stored runs. Reads the store and creates nothing: a store that does not exist"
-        " is an error naming what is missing.",
-    )
-    runs.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///leasecron.db")
+    runs = _command(sub, "runs", "list the stored runs, newest first", "List the stored runs." + _READS_ONLY)
+    _url_argument(runs)
     runs.add_argument("--job", metavar="NAME", help="only this job (default: every job with stored runs)")
     runs.add_argument("--limit", type=int, default=20, metavar="N", help="runs per job (default: 20)")
-    runs.add_argument("--json", action="store_true", help="print a JSON list of runs")
+    _json_argument(runs, "runs")
 
-    jobs = sub.add_parser(
+    jobs = _command(
+        sub,
         "jobs",
-        help="list the jobs: last run, stored runs, and (with --app) schedule and next slot",
-        description="List each job with stored runs: its last run and how many runs the store keeps."
-        " The store holds no schedules: --app module:attr (a LeaseCron, or a Flask app with"
-        " LeaseCronExtension) adds each registered job's schedule and next slot. Reads the store and"
-        " creates nothing: a store that does not exist is an error naming what is missing.",
+        "list the jobs: last run, stored runs, and (with --app) schedule and next slot",
+        "List each job with stored runs: its last run and how many runs the store keeps. The store holds no"
+        " schedules: --app module:attr (a LeaseCron, or a Flask app with LeaseCronExtension) adds each"
+        " registered job's schedule and next slot." + _READS_ONLY,
     )
-    jobs.add_argument("url", nargs="?", metavar="URL", help="store URL (default: the store of --app's LeaseCron)")
+    _url_argument(jobs, "store URL (default: the store of --app's LeaseCron)")
     jobs.add_argument("--app", metavar="module:attr", help="the LeaseCron (or Flask app) that registers the jobs")
-    jobs.add_argument("--json", action="store_true", help="print a JSON list of jobs")
+    _json_argument(jobs, "jobs")
 
-    check = sub.add_parser(
+    check = _command(
+        sub,
         "check",
-        help="check a store: connectivity, schema, clock offset, round-trip time",
-        description="Open the store, create its schema if it is missing (as an instance would), and"
-        " measure its clock offset and round trip.",
+        "check a store: connectivity, schema, clock offset, round-trip time",
+        "Open the store, create its schema if it is missing (as an instance would), and measure its clock"
+        " offset and round trip.",
     )
-    check.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///leasecron.db")
+    _url_argument(check)
 
-    run = sub.add_parser(
+    run = _command(
+        sub,
         "run",
-        help="run a LeaseCron object from an importable module until SIGTERM",
-        description="Import module:attr (the current directory is on sys.path), which must be a"
-        " leasecron.LeaseCron (or a Flask app with LeaseCronExtension; module:factory() calls a"
-        " factory), and run it until SIGTERM or SIGINT (graceful stop: live runs are handed over);"
-        " a second signal stops at once.",
+        "run a LeaseCron object from an importable module until SIGTERM",
+        "Import module:attr (the current directory is on sys.path), which must be a leasecron.LeaseCron (or a"
+        " Flask app with LeaseCronExtension; module:factory() calls a factory), and run it until SIGTERM or"
+        " SIGINT (graceful stop: live runs are handed over); a second signal stops at once.",
     )
     run.add_argument("target", metavar="module:attr", help="e.g. myapp.tasks:cron")
     run.add_argument(
@@ -102,6 +99,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="level of the leasecron log on stderr (default: INFO)",
     )
     return parser
+
+
+#: Said by every command that only reads the store.
+_READS_ONLY = " Reads the store and creates nothing: a store that does not exist is an error naming what is missing."
+
+
+def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand: ``summary`` in ``leasecron --help``, ``description`` in its own."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=description)
+    return parser
+
+
+def _url_argument(parser: argparse.ArgumentParser, optional: Optional[str] = None) -> None:
+    """The store URL: required, or (``optional`` is its help) one that may be left out."""
+    if optional is None:
+        parser.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///leasecron.db")
+    else:
+        parser.add_argument("url", nargs="?", metavar="URL", help=optional)
+
+
+def _json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print a JSON list of {what}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
