@@ -25,10 +25,10 @@ boot is done), and then watches it for ``--seconds``:
   window, as a percentage of one core, and its increase over the baseline;
   the due jobs' runs and the 0.25 s sampling are in every configuration,
   the baseline included;
-* **scheduler wake-ups**: the scheduler thread (``leasecron/timers.py``)
+* **scheduler wake-ups**: the scheduler thread (``leasecron/scheduler.py``)
   sleeps on a condition variable until its earliest entry is due; each
   return from that wait is a wake-up. The benchmark counts them by patching,
-  from the outside, ``leasecron.engine.Timers`` with a subclass whose
+  from the outside, ``leasecron.engine.Scheduler`` with a subclass whose
   condition variable counts its waits (leasecron itself is not changed); it
   also counts the entries the thread ran (each planned entry is wrapped) and
   shows how many the heap holds (one per job's next slot). Shown per minute
@@ -78,7 +78,7 @@ import leasecron
 import leasecron.engine
 from leasecron import Context, LeaseCron, MemoryStore, Run, Store, open_store
 from leasecron.clock import StoreClock
-from leasecron.timers import Timers
+from leasecron.scheduler import Scheduler
 from leasecron.workers import IDLE_NAME
 
 #: How often the threads are sampled during the window, in seconds.
@@ -112,21 +112,21 @@ class CountingCondition(threading.Condition):
         return woken
 
 
-class CountingTimers(Timers):
-    """:class:`leasecron.timers.Timers` that counts the scheduler thread's wake-ups and the tasks it runs.
+class CountingScheduler(Scheduler):
+    """:class:`leasecron.scheduler.Scheduler` that counts the scheduler thread's wake-ups and the tasks it runs.
 
-    Installed as ``leasecron.engine.Timers`` while a ``LeaseCron`` starts, so its
+    Installed as ``leasecron.engine.Scheduler`` while a ``LeaseCron`` starts, so its
     engine builds this one; the last one built is :attr:`latest`.
     """
 
-    latest: Optional["CountingTimers"] = None
+    latest: Optional["CountingScheduler"] = None
 
     def __init__(self, clock: StoreClock, on_error: Callable[[BaseException], None]) -> None:
         super().__init__(clock, on_error)
         self.counting = CountingCondition()
         self._cond = self.counting  # before the thread starts, so it only ever waits on this one
         self.ran = 0
-        CountingTimers.latest = self
+        CountingScheduler.latest = self
 
     def _push(self, heap: List[Any], due: float, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:
         """Plan ``fn(*args)`` as usual (on either heap), wrapped so that its run is counted."""
@@ -272,15 +272,15 @@ def run_config(args: argparse.Namespace) -> Result:
     register_s = time.perf_counter() - t0
     registered = proc_status()
 
-    original_timers = leasecron.engine.Timers
-    leasecron.engine.Timers = CountingTimers  # type: ignore[attr-defined]
+    original_scheduler = leasecron.engine.Scheduler
+    leasecron.engine.Scheduler = CountingScheduler  # type: ignore[attr-defined]
     try:
         t0 = time.perf_counter()
         cron.start()
     finally:
-        leasecron.engine.Timers = original_timers  # type: ignore[attr-defined]
-    timers = CountingTimers.latest
-    assert timers is not None, "the engine did not build the counting timers"
+        leasecron.engine.Scheduler = original_scheduler  # type: ignore[attr-defined]
+    scheduler = CountingScheduler.latest
+    assert scheduler is not None, "the engine did not build the counting scheduler"
     total = n + args.due
     deadline = time.monotonic() + 300
     while recovered() < total:
@@ -291,7 +291,7 @@ def run_config(args: argparse.Namespace) -> Result:
     time.sleep(1.0)  # let the boot's last claims (the due jobs' catch-up) and allocations settle
 
     samples: List[Dict[str, int]] = []
-    wake0, ran0 = timers.counting.wakeups, timers.ran
+    wake0, ran0 = scheduler.counting.wakeups, scheduler.ran
     cpu0, wall0 = time.process_time(), time.monotonic()
     end = wall0 + args.seconds
     while True:
@@ -305,8 +305,8 @@ def run_config(args: argparse.Namespace) -> Result:
         samples.append(sample)
         time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
     cpu1, wall1 = time.process_time(), time.monotonic()
-    wake1, ran1 = timers.counting.wakeups, timers.ran
-    entries = timers.entries()
+    wake1, ran1 = scheduler.counting.wakeups, scheduler.ran
+    entries = scheduler.entries()
     after = proc_status()
 
     t0 = time.perf_counter()

@@ -17,7 +17,7 @@ from .errors import Aborted, ConfigError, LeaseCronError, StoreError, StoreUnava
 from .events import Event
 from .jobs import Job
 from .runs import Claim, Run
-from .scheduler import LeaseCron
+from .cron import LeaseCron
 from .stores import MemoryStore, SQLiteStore, Store, open_store
 
 if TYPE_CHECKING:  # pragma: no cover - resolved lazily by __getattr__ below

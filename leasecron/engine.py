@@ -1,6 +1,6 @@
 """The engine: one started session of a :class:`~leasecron.LeaseCron`, in threads.
 
-* **one scheduler thread** (:mod:`leasecron.timers`) holds a heap of what is
+* **one scheduler thread** (:mod:`leasecron.scheduler`) holds a heap of what is
   due on the store's clock: each job's next slot (plus its jitter), each
   backup's next check, each live run's lease deadline. It never waits on the
   store: it hands every store call to
@@ -43,7 +43,7 @@ from .retry import call_until
 from .runs import CATCH_UP, LATE_TOLERANCE_MS, SCHEDULE, TAKEOVER, WON, Claim, Run
 from .stores import Store
 from .stores.rules import new_token
-from .timers import Timers
+from .scheduler import Scheduler
 from .workers import Workers
 
 __all__ = ["Engine"]
@@ -90,7 +90,7 @@ class Engine:
         self._live: Dict[Tuple[str, int], LiveRun] = {}
         self._watching: Set[Tuple[str, int]] = set()
         self._pending: Set["Future[Any]"] = set()
-        self._timers = Timers(clock, self._on_task_error)
+        self._timers = Scheduler(clock, self._on_task_error)
         self._pool = ThreadPoolExecutor(claim_threads, thread_name_prefix="leasecron-claims")
         #: The threads of the live runs: their handlers and heartbeat loops.
         self.workers = Workers()

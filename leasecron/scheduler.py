@@ -1,276 +1,141 @@
-"""LeaseCron: the public face of an instance — its jobs, options, events and lifecycle.
+"""The scheduler thread: one thread that calls functions at times on the store's clock
+or on the host's monotonic clock (:class:`Scheduler`).
 
-Registration (``job``, ``add_job``), events (``on``) and the options live
-here; the threads of a started instance live in :class:`~leasecron.engine.Engine`,
-created by :meth:`LeaseCron.start` and finished by :meth:`LeaseCron.stop`. A
-forked child's copy drops its engine: it holds no threads and no leases.
+Everything an instance does at a time goes through here: a job's next slot,
+the claim after its jitter, a backup's next check, a lease's local deadline.
+The callbacks are quick (they hand store calls to a pool), so one thread
+serves any number of jobs; it sleeps until the earliest entry is due.
+
+Two heaps, because the two kinds of time part ways when the estimate of the
+store's clock is corrected (the store's clock stepped, and was read again):
+
+* :meth:`Scheduler.call_at` takes a time on the store's clock (a slot, a lease's
+  end): such an entry follows the correction;
+* :meth:`Scheduler.call_at_monotonic` and :meth:`Scheduler.call_later` take the
+  host's monotonic clock (a lease's local deadline, a jitter, a backoff):
+  such an entry fires when it was meant to, whatever the estimate does. A
+  local deadline kept on the store's clock would move with a correction, and
+  a runner cut off from its store would run on past its lease.
+
+``leasecron.scheduler`` used to hold :class:`~leasecron.LeaseCron` (now in
+:mod:`leasecron.cron`): ``from leasecron.scheduler import LeaseCron`` still
+works, with a :class:`DeprecationWarning`.
 """
 
 from __future__ import annotations
 
-import atexit
-import os
-import socket
+import heapq
+import importlib
+import itertools
 import threading
 import time
-import weakref
-from types import TracebackType
-from typing import Any, Callable, Dict, List, Optional, Type, Union
+import warnings
+from typing import Any, Callable, List, Optional, Tuple
 
 from .clock import StoreClock
-from .engine import Engine
-from .errors import ConfigError
-from .events import Callback, Emitter, log
-from .jobs import Handler, Job, make_job
-from .lifecycle import handle_signals
-from .options import resolve_options
-from .runs import Run
-from .schedules import ScheduleSpec
-from .stores import Store, open_store
-from .stores.base import MAX_INT, check_text
+from .events import log
 
-__all__ = ["LeaseCron", "default_runner"]
-
-_INSTANCES: "weakref.WeakSet[LeaseCron]" = weakref.WeakSet()
-#: How often run_forever() looks for a signal, in seconds.
-SIGNAL_POLL_S = 0.05
+__all__ = ["Scheduler"]
 
 
-def default_runner() -> str:
-    """``<hostname>-<pid>``: the runner name of an instance that was given none."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+Entry = Tuple[float, int, Callable[..., Any], Tuple[Any, ...]]
 
 
-class LeaseCron:
-    """Runs the registered jobs: each slot exactly once, on one instance of the cluster.
+class Scheduler:
+    """Two heaps of ``(due, fn)`` (store ms, monotonic s) served by one daemon thread."""
 
-    ``store`` is a :class:`~leasecron.Store` or a store URL. ``runner`` names
-    this instance in the store (default ``"<hostname>-<pid>"``). The options
-    are the defaults of every job (each job may override them);
-    ``stop_timeout_ms`` is how long :meth:`stop` waits for running handlers.
-    """
+    def __init__(self, clock: StoreClock, on_error: Callable[[BaseException], None]) -> None:
+        self._clock = clock
+        self._on_error = on_error
+        self._store_heap: List[Entry] = []  # due on the store's clock, ms
+        self._mono_heap: List[Entry] = []  # due on the host's monotonic clock, s
+        self._seq = itertools.count()
+        self._cond = threading.Condition(threading.Lock())
+        self._stopped = False
+        self._thread: Optional[threading.Thread] = None
 
-    def __init__(
-        self,
-        store: Union[Store, str],
-        runner: Optional[str] = None,
-        *,
-        lease_ms: Optional[int] = None,
-        heartbeat_ms: Optional[int] = None,
-        max_attempts: Optional[int] = None,
-        overlap: Optional[str] = None,
-        catch_up_ms: Optional[int] = None,
-        max_late_ms: Optional[int] = None,
-        jitter_ms: Optional[int] = None,
-        history_size: Optional[int] = None,
-        tz: Optional[str] = None,
-        stop_timeout_ms: int = 10_000,
-        claim_threads: int = 4,
-    ) -> None:
-        if isinstance(store, str):
-            store = open_store(store)
-        if not isinstance(store, Store):
-            raise ConfigError(f"store must be a leasecron Store or a store URL, not {store!r}")
-        if runner is not None and (not isinstance(runner, str) or not runner):
-            raise ConfigError(f"runner must be a non-empty string, not {runner!r}")
-        if runner is not None:
-            check_text("runner", runner)
-        for name, value, minimum in (("stop_timeout_ms", stop_timeout_ms, 0), ("claim_threads", claim_threads, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
-                raise ConfigError(f"LeaseCron: {name} must be an integer from {minimum} to 2**50, not {value!r}")
-        given: Dict[str, Any] = dict(
-            lease_ms=lease_ms,
-            heartbeat_ms=heartbeat_ms,
-            max_attempts=max_attempts,
-            overlap=overlap,
-            catch_up_ms=catch_up_ms,
-            max_late_ms=max_late_ms,
-            jitter_ms=jitter_ms,
-            history_size=history_size,
-            tz=tz,
-        )
-        self._defaults = {k: v for k, v in given.items() if v is not None}
-        resolve_options(self._defaults, {})  # together, as a job would use them: a heartbeat under half the lease
-        self.store: Store = store
-        self._runner_given = runner
-        self.runner: str = runner or default_runner()
-        self.stop_timeout_ms = stop_timeout_ms
-        self._claim_threads = claim_threads
-        self._jobs: Dict[str, Job] = {}
-        self._emitter = Emitter(self.runner)
-        self._lock = threading.RLock()
-        self._engine: Optional[Engine] = None
-        #: This instance's estimate of the store's clock.
-        self.clock = StoreClock(self.store)
-        _INSTANCES.add(self)
+    def start(self, name: str = "leasecron-scheduler") -> None:
+        """Start the scheduler thread."""
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
 
-    # -- registration ------------------------------------------------------------
+    def call_at(self, due_ms: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` in the scheduler thread once the store's clock reaches ``due_ms``."""
+        self._push(self._store_heap, due_ms, fn, args)
 
-    def job(
-        self, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any
-    ) -> Callable[[Handler], Handler]:
-        """Decorator: register the function as a job (see :meth:`add_job`); returns it unchanged."""
+    def call_at_monotonic(self, due_s: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` in the scheduler thread once the host's monotonic clock reaches ``due_s``."""
+        self._push(self._mono_heap, due_s, fn, args)
 
-        def register(func: Handler) -> Handler:
-            self.add_job(func, schedule, name=name, **options)
-            return func
+    def call_later(self, delay_ms: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` in the scheduler thread after ``delay_ms`` (on the monotonic clock)."""
+        self.call_at_monotonic(time.monotonic() + delay_ms / 1000, fn, *args)
 
-        return register
-
-    def add_job(
-        self, func: Handler, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any
-    ) -> Job:
-        """Register ``func`` to run on ``schedule``: a cron string, a timedelta or seconds.
-
-        ``name`` defaults to ``"module.qualname"``; ``options`` override the
-        instance's defaults for this job. Raises
-        :class:`~leasecron.ConfigError` naming the job and the option.
-        """
-        job = make_job(func, schedule, name, self._defaults, options)
-        with self._lock:
-            if job.name in self._jobs:
-                raise ConfigError(f"job {job.name!r} is already registered")
-            self._jobs[job.name] = job
-            engine = self._engine
-        if engine is not None:
-            engine.add(job)
-        return job
-
-    @property
-    def jobs(self) -> Dict[str, Job]:
-        """The registered jobs, by name (a copy)."""
-        with self._lock:
-            return dict(self._jobs)
-
-    def on(self, event: str, callback: Callback) -> None:
-        """Call ``callback(event)`` on each event of a type: start, success, failed,
-        skip, lost, handover, error. A callback that raises is logged and ignored."""
-        self._emitter.on(event, callback)
-
-    # -- lifecycle ------------------------------------------------------------------
-
-    @property
-    def running(self) -> bool:
-        """True between :meth:`start` and the end of :meth:`stop`."""
-        return self._engine is not None
-
-    def live_runs(self) -> List[Run]:
-        """The runs this instance is executing now."""
-        engine = self._engine
-        return [] if engine is None else engine.live_runs()
-
-    def start(self) -> None:
-        """Start the threads and return at once. Calling it again does nothing."""
-        with self._lock:
-            if self._engine is not None:
+    def _push(self, heap: List[Entry], due: float, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:
+        with self._cond:
+            if self._stopped:
                 return
-            engine = self._engine = Engine(self.store, self.runner, self._emitter, self.clock, self._claim_threads)
-            jobs = list(self._jobs.values())
-        atexit.register(self._at_exit)
-        log.info("leasecron: starting runner %r: %d job(s) on %r", self.runner, len(jobs), self.store)
-        engine.start(jobs)
+            entry = (due, next(self._seq), fn, args)
+            heapq.heappush(heap, entry)
+            if heap[0] is entry:  # a new earliest entry: wake the thread
+                self._cond.notify()
 
     def stop(self, timeout: Optional[float] = None) -> None:
-        """Stop gracefully; ``timeout`` in seconds (default ``stop_timeout_ms``).
+        """Stop the thread; entries not yet due are dropped."""
+        with self._cond:
+            self._stopped = True
+            self._store_heap.clear()
+            self._mono_heap.clear()
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
-        Aborts every live run's signal (reason ``"stop"``) and waits: a handler
-        that raises is released (handed over to a backup), one that returns
-        is finished as success, one still running at the timeout is abandoned
-        (no more heartbeats; a backup takes over when its lease runs out).
-        Stops watching as a backup. Idempotent.
-        """
-        engine = self._engine
-        if engine is None:
-            return
-        engine.stop(self.stop_timeout_ms / 1000 if timeout is None else max(0.0, timeout))
-        with self._lock:
-            if self._engine is engine:
-                self._engine = None
-        atexit.unregister(self._at_exit)
+    def _next(self) -> Optional[Tuple[Callable[..., Any], Tuple[Any, ...]]]:
+        """Pop a due entry, or wait (the lock held by the caller) until one may be due; None when stopped."""
+        while True:
+            if self._stopped:
+                return None
+            waits = []
+            if self._store_heap:
+                wait_s = (self._store_heap[0][0] - self._clock.now_ms()) / 1000
+                if wait_s <= 0:
+                    _, _, fn, args = heapq.heappop(self._store_heap)
+                    return fn, args
+                waits.append(wait_s)
+            if self._mono_heap:
+                wait_s = self._mono_heap[0][0] - time.monotonic()
+                if wait_s <= 0:
+                    _, _, fn, args = heapq.heappop(self._mono_heap)
+                    return fn, args
+                waits.append(wait_s)
+            self._cond.wait(min(waits) if waits else None)
 
-    def run_forever(self) -> None:
-        """Start, block until SIGTERM or SIGINT, then :meth:`stop`.
-
-        A second signal while stopping stops at once (live handlers are
-        abandoned). Off the main thread no handler is installed: it blocks
-        until another thread calls :meth:`stop`.
-
-        The signal handler only appends to a list: it runs in the main thread
-        between two bytecodes, where that thread may hold any lock (an
-        ``Event``'s inside ``wait()``), so it takes none and logs nothing.
-        The main thread polls the list and runs :meth:`stop` in a thread of
-        its own, so that it stays free to see a second signal.
-        """
-        signals: List[int] = []
-        self.start()
-        engine = self._engine
-        with handle_signals(signals.append):
-            while not signals:
-                if not self.running:
-                    return
-                time.sleep(SIGNAL_POLL_S)
-            log.info("leasecron: stopping runner %r: signal %d", self.runner, signals[0])
-            stopper = threading.Thread(target=self.stop, name="leasecron-stop", daemon=True)
-            stopper.start()
-            cold = False
-            while stopper.is_alive():
-                if len(signals) > 1 and not cold:
-                    cold = True
-                    log.warning("leasecron: stopping now runner %r: second signal %d", self.runner, signals[1])
-                    if engine is not None:
-                        engine.cold.set()
-                stopper.join(SIGNAL_POLL_S)
-
-    def __enter__(self) -> "LeaseCron":
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        self.stop()
-
-    def _at_exit(self) -> None:
-        if self.running:
-            log.info("leasecron: stopping runner %r: the interpreter exits", self.runner)
-            self.stop()
-
-    def _after_fork_in_child(self) -> None:
-        """The fork rule: a copy forked from a running instance is stopped, and says so.
-
-        The parent's threads and leases do not exist in the child, so the copy
-        holds none (``running`` is False) and runs jobs only once ``start()``
-        is called in the child. It is never restarted on its own: the child
-        may be a ``multiprocessing`` worker or a gunicorn master, where no job
-        should run. A warning names the copy, so it is never silently dead.
-        """
-        was_started = self._engine is not None
-        parent_runner = self.runner
-        self._engine = None  # the parent's threads and leases do not exist here
-        self._lock = threading.RLock()
-        self.clock = StoreClock(self.store)
-        if self._runner_given is None:
-            self.runner = default_runner()
-        self._emitter.after_fork(self.runner)
-        if was_started:
-            log.warning(
-                "leasecron: process %d was forked from process %d while LeaseCron %r ran there; the copy"
-                " in this process is stopped (no threads, no leases) and runs no job until start() is"
-                " called in this process (under gunicorn, leasecron.contrib.gunicorn's post_fork does)",
-                os.getpid(),
-                os.getppid(),
-                parent_runner,
-            )
-
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return f"<LeaseCron {self.runner!r} {state}, {len(self._jobs)} job(s), store={self.store!r}>"
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                due = self._next()
+            if due is None:
+                return
+            fn, args = due
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - reported, the thread lives on
+                log.exception("leasecron: scheduler task %r failed", fn)
+                self._on_error(exc)
 
 
-def _after_fork_in_child() -> None:
-    for cron in list(_INSTANCES):
-        cron._after_fork_in_child()
+#: The names this module held before 0.2 and where they are now: imported on first use, as an
+#: attribute, so that this module imports nothing of the one that uses it.
+_MOVED = {"LeaseCron": "leasecron.cron", "default_runner": "leasecron.cron"}
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warnings.warn(
+            f"leasecron.scheduler.{name} moved to {_MOVED[name]}.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 from ..clock import StoreClock
 from ..errors import ConfigError
 from ..runs import Run
-from ..scheduler import LeaseCron
+from ..cron import LeaseCron
 from ..stores import Store, open_store
 from .tables import JobRow, format_table, job_dict, jobs_lines, runs_lines
 

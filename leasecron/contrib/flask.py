@@ -77,7 +77,7 @@ from ..errors import ConfigError, LeaseCronError
 from ..events import EVENT_TYPES, Callback, Event
 from ..jobs import Handler, job_name, job_schedule
 from ..options import OPTION_NAMES, check_option
-from ..scheduler import LeaseCron
+from ..cron import LeaseCron
 from ..schedules import ScheduleSpec
 from ..stores import Store, open_store
 

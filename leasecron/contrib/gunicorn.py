@@ -47,7 +47,7 @@ shutdown, end the wait), and only then stops. Master and workers count
 reloads and started generations in a few bytes of shared memory that the
 master maps when it reads the conf, before any fork.
 
-The fork rule (:mod:`leasecron.scheduler`): a ``LeaseCron`` that runs when
+The fork rule (:mod:`leasecron.cron`): a ``LeaseCron`` that runs when
 its process forks is *stopped* in the child. The child's copy holds no
 threads and no leases, logs a warning that says so, and runs jobs only once
 ``start()`` is called in the child. It is never restarted on its own: a
@@ -75,7 +75,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ..errors import ConfigError
-from ..scheduler import _INSTANCES, LeaseCron
+from ..cron import LeaseCron, instances
 
 __all__ = ["GunicornHooks", "hooks", "find_cron", "ABORT_STOP_S", "STOP_MARGIN_S", "LINGER_MAX_S"]
 
@@ -168,7 +168,7 @@ def _split(target: str) -> Tuple[str, str]:
 
 def _running_crons() -> List[LeaseCron]:
     """The ``LeaseCron`` instances of this process that are started."""
-    return [cron for cron in list(_INSTANCES) if cron.running]
+    return [cron for cron in instances() if cron.running]
 
 
 class GunicornHooks:

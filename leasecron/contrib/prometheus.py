@@ -88,7 +88,7 @@ from ..runs import OUTCOMES, SCHEDULE, TAKEOVER, WON, Claim, Run
 from ..stores import DelegatingStore, Store
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..scheduler import LeaseCron
+    from ..cron import LeaseCron
 
 __all__ = ["Metrics", "instrument", "CLAIM_BUCKETS", "TAKEOVER_BUCKETS", "RUN_OUTCOMES", "LOST_CAUSES"]
 
