@@ -25,8 +25,8 @@ from .clock import StoreClock
 from .engine import Engine
 from .errors import ConfigError
 from .events import Callback, Emitter, log
-from .jobs import Handler, Job, make_job
-from .options import resolve_options
+from .jobs import Handler, Job, job_decorator, make_job
+from .options import OPTION_NAMES, resolve_options
 from .runs import Run
 from .schedules import ScheduleSpec
 from .signals import handle_signals
@@ -92,18 +92,8 @@ class LeaseCron:
         for name, value, minimum in (("stop_timeout_ms", stop_timeout_ms, 0), ("claim_threads", claim_threads, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
                 raise ConfigError(f"LeaseCron: {name} must be an integer from {minimum} to 2**50, not {value!r}")
-        given: Dict[str, Any] = dict(
-            lease_ms=lease_ms,
-            heartbeat_ms=heartbeat_ms,
-            max_attempts=max_attempts,
-            overlap=overlap,
-            catch_up_ms=catch_up_ms,
-            max_late_ms=max_late_ms,
-            jitter_ms=jitter_ms,
-            history_size=history_size,
-            tz=tz,
-        )
-        self._defaults = {k: v for k, v in given.items() if v is not None}
+        given = locals()  # the job options are the keyword parameters named in OPTION_NAMES
+        self._defaults: Dict[str, Any] = {name: given[name] for name in OPTION_NAMES if given[name] is not None}
         resolve_options(self._defaults, {})  # together, as a job would use them: a heartbeat under half the lease
         self.store: Store = store
         self._runner_given = runner
@@ -124,12 +114,7 @@ class LeaseCron:
         self, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any
     ) -> Callable[[Handler], Handler]:
         """Decorator: register the function as a job (see :meth:`add_job`); returns it unchanged."""
-
-        def register(func: Handler) -> Handler:
-            self.add_job(func, schedule, name=name, **options)
-            return func
-
-        return register
+        return job_decorator(self.add_job, schedule, name, options)
 
     def add_job(
         self, func: Handler, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from .errors import ConfigError
 from .options import JobOptions, resolve_options
 from .schedules import Schedule, ScheduleSpec, make_schedule
 from .stores.base import check_job_name
 
-__all__ = ["Job", "make_job", "job_name", "job_schedule"]
+__all__ = ["Job", "make_job", "job_name", "job_schedule", "job_decorator"]
 
 Handler = Callable[..., Any]
 
@@ -44,6 +44,19 @@ def make_job(
     options = resolve_options(defaults, overrides, name)
     sched = job_schedule(name, schedule, options.tz)
     return Job(name=name, func=func, schedule=sched, options=options, takes_context=_takes_context(func))
+
+
+def job_decorator(
+    add_job: Callable[..., object], schedule: ScheduleSpec, name: Optional[str], options: Mapping[str, Any]
+) -> Callable[[Handler], Handler]:
+    """The decorator behind ``@cron.job(schedule, name=..., **options)``: it registers the
+    function with ``add_job(func, schedule, name=name, **options)`` and returns it unchanged."""
+
+    def register(func: Handler) -> Handler:
+        add_job(func, schedule, name=name, **options)
+        return func
+
+    return register
 
 
 def job_name(func: Handler, name: object) -> str:

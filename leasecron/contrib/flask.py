@@ -75,7 +75,7 @@ except ImportError as exc:  # pragma: no cover - the test environment has Flask
 from ..cli import commands
 from ..errors import ConfigError, LeaseCronError
 from ..events import EVENT_TYPES, Callback, Event
-from ..jobs import Handler, job_name, job_schedule
+from ..jobs import Handler, job_decorator, job_name, job_schedule
 from ..options import OPTION_NAMES, check_option
 from ..cron import LeaseCron
 from ..schedules import ScheduleSpec
@@ -127,12 +127,7 @@ class LeaseCronExtension:
         self, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any
     ) -> Callable[[Handler], Handler]:
         """Decorator: register the function as a job of every app (see :meth:`add_job`); returns it unchanged."""
-
-        def register(func: Handler) -> Handler:
-            self.add_job(func, schedule, name=name, **options)
-            return func
-
-        return register
+        return job_decorator(self.add_job, schedule, name, options)
 
     def add_job(self, func: Handler, schedule: ScheduleSpec, *, name: Optional[str] = None, **options: Any) -> None:
         """Register ``func`` to run on ``schedule`` inside the app context of every app of this extension.
