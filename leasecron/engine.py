@@ -34,16 +34,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .clock import StoreClock
-from .context import STOP
 from .errors import StoreError, StoreUnavailable
 from .events import ClaimText, Emitter, SlotText, log
 from .jobs import Job
 from .live import LiveRun, error_text
 from .retry import call_until
-from .runs import CATCH_UP, LATE_TOLERANCE_MS, SCHEDULE, TAKEOVER, WON, Claim, Run
+from .runs import LATE_TOLERANCE_MS, Claim, Run
 from .stores import Store
 from .stores.rules import new_token
 from .scheduler import Scheduler
+from .states import AbortReason, Outcome, Reason
 from .workers import Workers
 
 __all__ = ["Engine"]
@@ -63,6 +63,8 @@ IN_FLIGHT_WAIT_S = 0.1
 #: When the store does not answer at start: the first wait before the start-up
 #: (clock, recovery of each job) is tried again, doubled after each failure up to the last.
 BOOT_RETRY_MS = (500, 30_000)
+#: The outcomes of a new claim that emit ``skip`` (the ``reason`` of the event).
+_SKIPS = (Outcome.OVERLAP, Outcome.LATE, Outcome.EARLY)
 
 
 class _Stopping(Exception):
@@ -133,7 +135,7 @@ class Engine:
         for future in pending:
             future.cancel()
         for run in live:
-            run.signal.abort(STOP)
+            run.signal.abort(AbortReason.STOP)
         self._wait_until(lambda: all(r.ended.is_set() for r in live), deadline)
         # A claim in flight that wins is handed straight back (_start_run), also after stop()
         # returned; a start-up still waiting on a store that never answered is simply left.
@@ -190,7 +192,7 @@ class Engine:
 
     def _fire(self, job: Job, slot_ms: int) -> None:
         """In the scheduler thread, at ``slot_ms`` + jitter: claim it, and plan the next slot."""
-        self._submit(self._claim, job, slot_ms, SCHEDULE)
+        self._submit(self._claim, job, slot_ms, Reason.SCHEDULE)
         following = job.schedule.next_after(slot_ms)
         latest = job.schedule.at_or_before(self.clock.now_ms())
         if latest is not None and latest > following:  # the process stalled: only the latest slot counts
@@ -214,15 +216,15 @@ class Engine:
             # else expired with a newer slot due: leave it; the next run replaces it
         catch_up = job.options.catch_up_ms
         if latest is not None and not claimed_latest and catch_up > 0 and now - latest < catch_up:
-            self._timers.call_later(self._jitter(job), self._submit, self._claim, job, latest, CATCH_UP)
+            self._timers.call_later(self._jitter(job), self._submit, self._claim, job, latest, Reason.CATCH_UP)
 
-    def _claim(self, job: Job, slot_ms: int, reason: str) -> Optional[Claim]:
+    def _claim(self, job: Job, slot_ms: int, reason: Reason) -> Optional[Claim]:
         """Send one claim (retried while its answer matters) and act on the outcome."""
         if self._stopping:
             return None
         opts = job.options
-        max_late = opts.catch_up_ms if reason == CATCH_UP else opts.max_late_ms
-        if reason == TAKEOVER:
+        max_late = opts.catch_up_ms if reason == Reason.CATCH_UP else opts.max_late_ms
+        if reason == Reason.TAKEOVER:
             matters_s = opts.heartbeat_ms / 1000
         else:
             matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self.clock.now_ms()) / 1000
@@ -272,23 +274,23 @@ class Engine:
         answered = time.monotonic()
         outcome = claim.outcome
         answer = ClaimText(claim, self.clock.now_ms, max_late)
-        if reason == TAKEOVER:
+        if reason == Reason.TAKEOVER:
             log.debug("leasecron: backup check job %r slot %s runner %r: %s", *ids, answer)
-        elif outcome not in (WON, "overlap", "late", "early"):  # these have lines of their own
+        elif outcome not in _SKIPS and outcome != Outcome.WON:  # these have lines of their own
             log.debug("leasecron: claimed job %r slot %s runner %r (%s): %s", *ids, reason, answer)
-        if outcome == WON:
+        if outcome == Outcome.WON:
             assert claim.run is not None
             self._start_run(job, claim.run, sent)
             self._check_drift(claim.run.lease_end_ms - opts.lease_ms, sent, answered)
-        elif outcome == "running":
+        elif outcome == Outcome.RUNNING:
             self._watch(job, slot_ms)
-        elif outcome in ("overlap", "late", "early"):
+        elif outcome in _SKIPS:
             log.info("leasecron: skipped job %r slot %s runner %r (%s): %s", *ids, outcome, answer)
             self._emitter.emit("skip", job.name, slot_ms, reason=outcome, run=claim.run)
-            if outcome == "overlap" and claim.run is not None:
+            if outcome == Outcome.OVERLAP and claim.run is not None:
                 self._watch(job, claim.run.slot_ms)
                 self._watch(job, slot_ms)
-            elif outcome == "early":
+            elif outcome == Outcome.EARLY:
                 # our estimate of the store's clock runs ahead (its clock stepped back): re-read
                 # it, and claim the slot again when it is due on the store's clock
                 self._sync_clock()
@@ -318,13 +320,13 @@ class Engine:
         with self._lock:
             if key not in self._watching:
                 return
-        claim = self._claim(job, slot_ms, TAKEOVER)
+        claim = self._claim(job, slot_ms, Reason.TAKEOVER)
         if claim is None:
             keep = True
-        elif claim.outcome == "running":
+        elif claim.outcome == Outcome.RUNNING:
             with self._lock:
                 keep = claim.run is not None and all(live.run.token != claim.run.token for live in self._live.values())
-        elif claim.outcome == "none":  # nobody claimed the slot yet; it may still be claimed
+        elif claim.outcome == Outcome.NONE:  # nobody claimed the slot yet; it may still be claimed
             keep = self.clock.now_ms() <= slot_ms + job.options.max_late_ms + LATE_TOLERANCE_MS
         else:
             keep = False
@@ -351,7 +353,7 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - a backup takes it over when the lease runs out
                 log.warning("leasecron: could not release job %r slot %s attempt %d runner %r (%s): %s", *ids, exc)
             return
-        if run.reason == TAKEOVER:
+        if run.reason == Reason.TAKEOVER:
             log.info("leasecron: took over job %r slot %s attempt %d runner %r (%s)", *ids)
         else:
             log.info("leasecron: won job %r slot %s attempt %d runner %r (%s)", *ids)

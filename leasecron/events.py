@@ -59,7 +59,8 @@ from datetime import datetime
 from typing import Callable, Dict, List, Optional
 
 from .errors import ConfigError
-from .runs import Claim, Run, slot_datetime
+from .runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
+from .states import Outcome
 
 __all__ = ["Event", "EVENT_TYPES", "Emitter", "log", "slot_text", "SlotText", "ClaimText"]
 
@@ -186,19 +187,23 @@ class ClaimText:
     def __str__(self) -> str:
         outcome, run = self.claim.outcome, self.claim.run
         if run is None:
-            return {
-                "late": f"the store's clock is past the slot + max_late_ms ({self.max_late_ms} ms) + 10 s",
-                "early": "the slot is more than 10 s ahead of the store's clock: claimed again when it is due",
-                "none": "none: the slot has no run",
-            }.get(outcome, outcome)
-        if outcome == "running":
+            if outcome == Outcome.LATE:
+                late_s = LATE_TOLERANCE_MS // 1000
+                return f"the store's clock is past the slot + max_late_ms ({self.max_late_ms} ms) + {late_s} s"
+            if outcome == Outcome.EARLY:
+                early_s = EARLY_TOLERANCE_MS // 1000
+                return f"the slot is more than {early_s} s ahead of the store's clock: claimed again when it is due"
+            if outcome == Outcome.NONE:
+                return "none: the slot has no run"
+            return str(outcome)
+        if outcome == Outcome.RUNNING:
             left = run.lease_end_ms - self.now_ms()
             return f"running elsewhere: backup of attempt {run.attempt} by {run.runner!r}, lease ends in {left} ms"
-        if outcome == "overlap":
+        if outcome == Outcome.OVERLAP:
             return f"slot {slot_text(run.slot_ms)} attempt {run.attempt} by {run.runner!r} still holds its lease"
-        if outcome == "late":
+        if outcome == Outcome.LATE:
             return f"a newer slot, {slot_text(run.slot_ms)}, already has a run"
-        if outcome == "done":
+        if outcome == Outcome.DONE:
             return f"done: attempt {run.attempt} ended {run.status}"
         return f"{outcome}: attempt {run.attempt}"
 

@@ -26,27 +26,29 @@ when the lease runs out).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
-from .context import LOST, STOP, Context, Signal
+from .context import Context, Signal
 from .errors import Aborted
 from .events import SlotText, log
 from .handlers import call_handler
 from .retry import call_until
-from .runs import FAILED, SUCCESS, Run
+from .runs import Run
+from .states import AbortReason, LiveState, LostCause, Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
     from .jobs import Job
 
-__all__ = ["LiveRun"]
+__all__ = ["LiveRun", "FENCED", "UNRENEWED"]
 
-RUNNING, FINISHING, ENDED, LOST_STATE, ABANDONED = "running", "finishing", "ended", "lost", "abandoned"
-#: The reasons of a ``lost`` event: the store holds another attempt (or refused the token),
-#: or the lease could not be renewed for ``lease_ms``.
-FENCED, UNRENEWED = "fenced", "unrenewed"
+#: The reasons of a ``lost`` event (:class:`~leasecron.states.LostCause`), under their 0.1 names.
+FENCED, UNRENEWED = LostCause.FENCED, LostCause.UNRENEWED
+#: The states in which the run is still this instance's to renew, finish or lose.
+_HOLDING = (LiveState.RUNNING, LiveState.FINISHING)
 _MAX_ERROR_CHARS = 4_000
 
 
@@ -90,7 +92,7 @@ class LiveRun:
         self._began = time.monotonic()
         self._lease_s = job.options.lease_ms / 1000
         self._deadline = claim_sent + self._lease_s
-        self._state = RUNNING
+        self._state = LiveState.RUNNING
         self._lock = threading.Lock()
         self._stop_beating = threading.Event()
         #: When the first heartbeat is due (monotonic); the loop starts then.
@@ -142,7 +144,7 @@ class LiveRun:
 
     def _conclude(self, error: Optional[BaseException]) -> None:
         with self._lock:
-            if self._state != RUNNING:  # lost or abandoned: never touch the run again
+            if self._state != LiveState.RUNNING:  # lost or abandoned: never touch the run again
                 log.info(
                     "leasecron: ended job %r slot %s attempt %d runner %r: the handler returned after the run was %s;"
                     " the store is not told",
@@ -150,10 +152,11 @@ class LiveRun:
                     self._state,
                 )
                 return
-            self._state = FINISHING
+            self._state = LiveState.FINISHING
         store, run = self.engine.store, self.run
+        finish = functools.partial(store.finish, run.job, run.slot_ms, run.token)
         took = time.monotonic() - self._began
-        if error is not None and self.signal.reason == STOP:
+        if error is not None and self.signal.reason == AbortReason.STOP:
             log.debug("leasecron: handing over job %r slot %s attempt %d runner %r: %s", *self._ids, error_text(error))
             done = self._record_end(lambda: store.release(run.job, run.slot_ms, run.token), "released")
             event, text = "handover", None
@@ -166,20 +169,18 @@ class LiveRun:
                 text,
                 exc_info=None if isinstance(error, Aborted) else error,
             )
-            done = self._record_end(
-                lambda: store.finish(run.job, run.slot_ms, run.token, FAILED, text), FAILED
-            )
+            done = self._record_end(lambda: finish(Status.FAILED, text), Status.FAILED)
             event = "failed"
         else:
             text = None
-            done = self._record_end(lambda: store.finish(run.job, run.slot_ms, run.token, SUCCESS), SUCCESS)
+            done = self._record_end(lambda: finish(Status.SUCCESS), Status.SUCCESS)
             event = "success"
         self._stop_beating.set()
         if done:
             with self._lock:
-                if self._state != FINISHING:
+                if self._state != LiveState.FINISHING:
                     return
-                self._state = ENDED
+                self._state = LiveState.ENDED
             if event == "success":
                 log.info("leasecron: succeeded job %r slot %s attempt %d runner %r in %.3f s", *self._ids, took)
             elif event == "handover":
@@ -204,13 +205,14 @@ class LiveRun:
             if call_until(once, self._deadline):
                 return True
         except Exception as exc:  # noqa: BLE001 - gave up: the lease cannot be trusted any longer
-            self.lose(UNRENEWED, f"could not record the end ({status}) before the lease ran out: {error_text(exc)}")
+            why = f"could not record the end ({status}) before the lease ran out: {error_text(exc)}"
+            self.lose(LostCause.UNRENEWED, why)
             return False
-        if tries > 1 and status in (SUCCESS, FAILED):  # an earlier try may have landed
+        if tries > 1 and status in (Status.SUCCESS, Status.FAILED):  # an earlier try may have landed
             stored = self.engine.store.get_run(self.run.job, self.run.slot_ms)
             if stored is not None and stored.token == self.run.token and stored.status == status:
                 return True
-        self.lose(FENCED, f"the store refused to record the end ({status}): another attempt holds the run")
+        self.lose(LostCause.FENCED, f"the store refused to record the end ({status}): another attempt holds the run")
         return False
 
     # -- the heartbeat loop -------------------------------------------------------
@@ -237,12 +239,12 @@ class LiveRun:
             except Exception as exc:  # noqa: BLE001 - judged by the deadline below
                 if time.monotonic() >= self._deadline:
                     why = f"the lease could not be renewed for lease_ms ({lease_ms} ms): {error_text(exc)}"
-                    self.lose(UNRENEWED, why)
+                    self.lose(LostCause.UNRENEWED, why)
                     return
                 line = "leasecron: heartbeat failed job %r slot %s attempt %d runner %r (retrying): %s"
                 log.warning(line, *self._ids, exc)
                 continue
-            if renewed and self._state == LOST_STATE:
+            if renewed and self._state == LiveState.LOST:
                 self._release_stray_renewal()
                 return
             if self._stop_beating.is_set():
@@ -253,8 +255,8 @@ class LiveRun:
                 line = "leasecron: heartbeat renewed job %r slot %s attempt %d runner %r: lease %d ms"
                 log.debug(line, *self._ids, lease_ms)
                 self._watch_deadline()
-            elif self._state == RUNNING:
-                self.lose(FENCED, "heartbeat refused: the run has another token now")
+            elif self._state == LiveState.RUNNING:
+                self.lose(LostCause.FENCED, "heartbeat refused: the run has another token now")
                 return
             else:  # finishing: the run thread's finish decides
                 return
@@ -282,20 +284,20 @@ class LiveRun:
         self.engine.call_at_monotonic(deadline, self._check_deadline)
 
     def _check_deadline(self) -> None:
-        if time.monotonic() >= self._deadline and self._state in (RUNNING, FINISHING):
-            self.lose(UNRENEWED, f"the lease was not renewed for lease_ms ({self.job.options.lease_ms} ms)")
+        if time.monotonic() >= self._deadline and self._state in _HOLDING:
+            self.lose(LostCause.UNRENEWED, f"the lease was not renewed for lease_ms ({self.job.options.lease_ms} ms)")
 
     # -- transitions -----------------------------------------------------------------
 
-    def lose(self, cause: str, why: str) -> bool:
+    def lose(self, cause: LostCause, why: str) -> bool:
         """The run is no longer ours: abort the signal, emit ``lost`` (reason ``cause``:
-        :data:`FENCED` or :data:`UNRENEWED`; error ``why``), never touch it again."""
+        fenced or unrenewed; error ``why``), never touch it again."""
         with self._lock:
-            if self._state not in (RUNNING, FINISHING):
+            if self._state not in _HOLDING:
                 return False
-            self._state = LOST_STATE
+            self._state = LiveState.LOST
         self._stop_beating.set()
-        self.signal.abort(LOST)
+        self.signal.abort(AbortReason.LOST)
         log.warning("leasecron: lost job %r slot %s attempt %d runner %r (%s): %s", *self._ids, cause, why)
         self.engine.emit("lost", self.run, reason=cause, error=why)
         return True
@@ -303,9 +305,9 @@ class LiveRun:
     def abandon(self) -> bool:
         """Stop renewing a run whose handler outlived the stop timeout."""
         with self._lock:
-            if self._state != RUNNING:
+            if self._state != LiveState.RUNNING:
                 return False
-            self._state = ABANDONED
+            self._state = LiveState.ABANDONED
         self._stop_beating.set()
         log.warning(
             "leasecron: abandoned job %r slot %s attempt %d runner %r: the handler still runs after the stop"

@@ -32,6 +32,8 @@ import time
 from typing import Any, List, Optional
 
 from .. import Aborted, Context, Event, LeaseCron, open_store
+from ..events import EVENT_TYPES
+from ..states import Status
 
 __all__ = ["main"]
 
@@ -115,10 +117,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             token=None if run is None else run.token,
         )
         if event.type == "lost" and args.probe_finish and run is not None:
-            accepted = store.finish(run.job, run.slot_ms, run.token, "success")
+            accepted = store.finish(run.job, run.slot_ms, run.token, Status.SUCCESS)
             emit(runner, "probe-finish", job=run.job, slot_ms=run.slot_ms, attempt=run.attempt, accepted=accepted)
 
-    for name in ("start", "success", "failed", "skip", "lost", "handover", "error"):
+    for name in EVENT_TYPES:
         cron.on(name, on_event)
     cron.start()
     emit(runner, "ready")
