@@ -116,7 +116,7 @@ from store_ops import (
 import leasecron
 from leasecron import Claim, Context, Event, LeaseCron, Run, Store, open_store
 from leasecron.clock import StoreClock
-from leasecron.stores import DelegatingStore, SQLiteStore
+from leasecron.stores import ClaimRequest, DelegatingStore, SQLiteStore
 from leasecron.stores.postgres import PostgresStore
 from leasecron.stores.redis import RedisStore, job_keys
 
@@ -211,56 +211,40 @@ class CountingStore(DelegatingStore):
 
     # -- counted ---------------------------------------------------------------------
 
-    def claim(
-        self,
-        job: str,
-        slot_ms: int,
-        *,
-        runner: str,
-        reason: str = "schedule",
-        lease_ms: int = 30_000,
-        max_attempts: int = 3,
-        max_late_ms: int = 30_000,
-        overlap: str = "skip",
-        history_size: int = 100,
-        token: Optional[str] = None,
-    ) -> Claim:
-        call = partial(
-            self.inner.claim, job, slot_ms, runner=runner, reason=reason, lease_ms=lease_ms,
-            max_attempts=max_attempts, max_late_ms=max_late_ms, overlap=overlap, history_size=history_size,
-            token=token,
-        )  # fmt: skip
+    def _claim(self, request: ClaimRequest) -> Claim:
+        reason = request.reason
         sent_ns = time.time_ns()
-        claim = self._call(f"claim {reason}", slot_ms, call, lambda c: f"claim {reason} -> {c.outcome}")
+        call = partial(self.inner._claim, request)
+        claim = self._call(f"claim {reason}", request.slot_ms, call, lambda c: f"claim {reason} -> {c.outcome}")
         if claim.won:
-            self.won_sent[(job, slot_ms)] = sent_ns  # the handler's thread starts next
+            self.won_sent[(request.job, request.slot_ms)] = sent_ns  # the handler's thread starts next
         return claim
 
-    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        call = partial(self.inner.heartbeat, job, slot_ms, token, lease_ms)
+    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
+        call = partial(self.inner._heartbeat, job, slot_ms, token, lease_ms)
         return self._call("heartbeat", slot_ms, call, _answered("heartbeat"))
 
-    def finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None) -> bool:
-        call = partial(self.inner.finish, job, slot_ms, token, status, error)
+    def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
+        call = partial(self.inner._finish, job, slot_ms, token, status, error)
         return self._call(f"finish {status}", slot_ms, call, _answered(f"finish {status}"))
 
-    def release(self, job: str, slot_ms: int, token: str) -> bool:
-        return self._call("release", slot_ms, partial(self.inner.release, job, slot_ms, token), _answered("release"))
+    def _release(self, job: str, slot_ms: int, token: str) -> bool:
+        return self._call("release", slot_ms, partial(self.inner._release, job, slot_ms, token), _answered("release"))
 
-    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        return self._call("get_run", slot_ms, partial(self.inner.get_run, job, slot_ms))
+    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        return self._call("get_run", slot_ms, partial(self.inner._get_run, job, slot_ms))
 
     def now_ms(self) -> int:
         return self._call("now_ms", None, self.inner.now_ms)
 
-    def unfinished(self, job: str) -> List[Run]:
-        return self._call("unfinished", None, partial(self.inner.unfinished, job))
+    def _unfinished(self, job: str) -> List[Run]:
+        return self._call("unfinished", None, partial(self.inner._unfinished, job))
 
-    def runs(self, job: str, limit: int = 20) -> List[Run]:
-        return self._call("runs", None, partial(self.inner.runs, job, limit))
+    def _runs(self, job: str, limit: int) -> List[Run]:
+        return self._call("runs", None, partial(self.inner._runs, job, limit))
 
-    def jobs(self) -> List[str]:
-        return self._call("jobs", None, self.inner.jobs)
+    def _jobs(self) -> List[str]:
+        return self._call("jobs", None, self.inner._jobs)
 
 
 def _answered(op: str) -> Callable[[bool], str]:

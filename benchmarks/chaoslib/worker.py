@@ -81,8 +81,7 @@ from typing import Any, Dict, List, Tuple  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
 from leasecron import Aborted, Claim, Context, Event, LeaseCron, Run, Store, open_store  # noqa: E402
-from leasecron.runs import SCHEDULE  # noqa: E402
-from leasecron.stores import DelegatingStore  # noqa: E402
+from leasecron.stores import ClaimRequest, DelegatingStore  # noqa: E402
 
 from .checker import DEFAULT_JOBS  # noqa: E402
 
@@ -179,34 +178,11 @@ class RecordingStore(DelegatingStore):
 
     # -- logged ----------------------------------------------------------------------
 
-    def claim(
-        self,
-        job: str,
-        slot_ms: int,
-        *,
-        runner: str,
-        reason: str = SCHEDULE,
-        lease_ms: int = 30_000,
-        max_attempts: int = 3,
-        max_late_ms: int = 30_000,
-        overlap: str = "skip",
-        history_size: int = 100,
-        token: Optional[str] = None,
-    ) -> Claim:
+    def _claim(self, request: ClaimRequest) -> Claim:
+        job, slot_ms, reason = request.job, request.slot_ms, request.reason
         t0 = time.monotonic_ns()
         try:
-            claim = self.inner.claim(
-                job,
-                slot_ms,
-                runner=runner,
-                reason=reason,
-                lease_ms=lease_ms,
-                max_attempts=max_attempts,
-                max_late_ms=max_late_ms,
-                overlap=overlap,
-                history_size=history_size,
-                token=token,
-            )
+            claim = self.inner._claim(request)
         except Exception as exc:
             t1 = time.monotonic_ns()
             self._rec.log(
@@ -224,19 +200,19 @@ class RecordingStore(DelegatingStore):
         )  # fmt: skip
         return claim
 
-    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
+    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         return self._call(
-            "heartbeat", job, slot_ms, token, {}, lambda: self.inner.heartbeat(job, slot_ms, token, lease_ms)
+            "heartbeat", job, slot_ms, token, {}, lambda: self.inner._heartbeat(job, slot_ms, token, lease_ms)
         )
 
-    def finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None) -> bool:
+    def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         extra = {"status": status, "failure": error}
         return self._call(
-            "finish", job, slot_ms, token, extra, lambda: self.inner.finish(job, slot_ms, token, status, error)
+            "finish", job, slot_ms, token, extra, lambda: self.inner._finish(job, slot_ms, token, status, error)
         )
 
-    def release(self, job: str, slot_ms: int, token: str) -> bool:
-        return self._call("release", job, slot_ms, token, {}, lambda: self.inner.release(job, slot_ms, token))
+    def _release(self, job: str, slot_ms: int, token: str) -> bool:
+        return self._call("release", job, slot_ms, token, {}, lambda: self.inner._release(job, slot_ms, token))
 
     def _call(self, ev: str, job: str, slot_ms: int, token: str, extra: Dict[str, Any], call: Any) -> bool:
         ids = {"job": job, "slot_ms": slot_ms, "token": token, "attempt": self._attempts.get(token)}

@@ -84,8 +84,8 @@ except ImportError as exc:  # pragma: no cover - tested in a process without pro
 from ..errors import ConfigError
 from ..events import Event
 from ..live import FENCED, UNRENEWED
-from ..runs import OUTCOMES, SCHEDULE, TAKEOVER, WON, Claim, Run
-from ..stores import DelegatingStore, Store
+from ..runs import OUTCOMES, Claim, Outcome, Reason, Run
+from ..stores import ClaimRequest, DelegatingStore, Store
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cron import LeaseCron
@@ -275,41 +275,26 @@ class _MeteredStore(DelegatingStore):
         #: (job, slot_ms) -> the run as last seen running (for the takeover delay)
         self._seen: "collections.OrderedDict[Tuple[str, int], Run]" = collections.OrderedDict()
 
-    def claim(
-        self,
-        job: str,
-        slot_ms: int,
-        *,
-        runner: str,
-        reason: str = SCHEDULE,
-        lease_ms: int = 30_000,
-        max_attempts: int = 3,
-        max_late_ms: int = 30_000,
-        overlap: str = "skip",
-        history_size: int = 100,
-        token: Optional[str] = None,
-    ) -> Claim:
+    def _claim(self, request: ClaimRequest) -> Claim:
         """The inner store's claim, counted by reason and outcome and timed."""
+        job, reason = request.job, request.reason
         began = time.perf_counter()
         try:
-            claim = super().claim(
-                job, slot_ms, runner=runner, reason=reason, lease_ms=lease_ms, max_attempts=max_attempts,
-                max_late_ms=max_late_ms, overlap=overlap, history_size=history_size, token=token,
-            )  # fmt: skip
+            claim = super()._claim(request)
         except Exception:
             self._metrics.claimed(job, reason, "error", None)
             raise
         took = time.perf_counter() - began
         self._metrics.claimed(job, reason, claim.outcome if claim.outcome in OUTCOMES else "other", took)
-        self._note(job, slot_ms, reason, claim)
+        self._note(job, request.slot_ms, reason, claim)
         return claim
 
     def __repr__(self) -> str:
         return f"<{self.inner!r} with Prometheus metrics>"
 
-    def unfinished(self, job: str) -> List[Run]:
+    def _unfinished(self, job: str) -> List[Run]:
         """The inner store's running runs of ``job``; their lease ends are remembered."""
-        runs = super().unfinished(job)
+        runs = super()._unfinished(job)
         with self._lock:
             for run in runs:
                 self._remember(run)
@@ -319,11 +304,11 @@ class _MeteredStore(DelegatingStore):
         run = claim.run
         delay_ms: Optional[int] = None
         with self._lock:
-            if claim.outcome in ("running", "overlap") and run is not None:
+            if claim.outcome in (Outcome.RUNNING, Outcome.OVERLAP) and run is not None:
                 self._remember(run)  # for overlap, the earlier run, which is watched too
-            elif claim.outcome in (WON, "done", "none"):
+            elif claim.outcome in (Outcome.WON, Outcome.DONE, Outcome.NONE):
                 previous = self._seen.pop((job, slot_ms), None)
-                if claim.outcome == WON and reason == TAKEOVER and run is not None:
+                if claim.outcome == Outcome.WON and reason == Reason.TAKEOVER and run is not None:
                     delay_ms = _takeover_delay_ms(previous, run)
         if delay_ms is not None:
             self._metrics.takeover_delay.labels(job).observe(delay_ms / 1000)

@@ -25,13 +25,13 @@ from typing import Dict, Tuple
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from .base import Store
+from .base import ClaimRequest, Store
 from .delegating import DelegatingStore
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 from .urls import masked_url, without_secrets
 
-__all__ = ["Store", "DelegatingStore", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHEMES"]
+__all__ = ["Store", "ClaimRequest", "DelegatingStore", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHEMES"]
 
 #: URL scheme -> (module, class) of the store that serves it.
 SCHEMES: Dict[str, Tuple[str, str]] = {

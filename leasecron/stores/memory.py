@@ -14,8 +14,9 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..runs import RUNNING
-from .rules import Record, Table, TableStore
+from ..runs import Status
+from .records import Record
+from .rules import Table, TableStore
 
 __all__ = ["MemoryStore"]
 
@@ -37,11 +38,12 @@ class _MemoryTable(Table):
         return dataclasses.replace(slots[max(slots)]) if slots else None
 
     def running(self, job: str) -> List[Record]:
-        return [dataclasses.replace(r) for _, r in sorted(self._runs.get(job, {}).items()) if r.status == RUNNING]
+        runs = self._runs.get(job, {})
+        return [dataclasses.replace(runs[s]) for s in sorted(runs) if runs[s].status == Status.RUNNING]
 
     def _running_before(self, job: str, before_ms: int) -> List[Record]:
         runs = self._runs.get(job, {})
-        return [runs[s] for s in sorted(runs) if s < before_ms and runs[s].status == RUNNING]
+        return [runs[s] for s in sorted(runs) if s < before_ms and runs[s].status == Status.RUNNING]
 
     def live_before(self, job: str, before_ms: int, now_ms: int) -> Optional[Record]:
         alive = [r for r in self._running_before(job, before_ms) if r.lease_end_ms > now_ms]
@@ -67,7 +69,7 @@ class _MemoryTable(Table):
     def prune(self, job: str, keep: int, horizon_ms: int) -> None:
         slots = self._runs.get(job, {})
         newest = max(slots)
-        finished = sorted((s for s, r in slots.items() if r.status != RUNNING), reverse=True)
+        finished = sorted((s for s, r in slots.items() if r.status != Status.RUNNING), reverse=True)
         for slot in finished[keep:]:
             if slot < horizon_ms and slot != newest:
                 del slots[slot]

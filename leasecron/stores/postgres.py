@@ -52,15 +52,9 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from ..runs import Claim, Run
 from . import require
-from .base import (
-    Store,
-    validate_claim_args,
-    validate_finish_args,
-    validate_heartbeat_args,
-    validate_token_args,
-)
+from .base import ClaimRequest, Store
 from .queries import check_identifier, load_queries
-from .rules import new_token, read_record
+from .records import new_token, read_record
 from .urls import masked_url, without_secrets
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
@@ -457,68 +451,42 @@ class PostgresStore(Store):
             cur.execute(self._q[name], params)
             return list(cur.fetchall())
 
-    # -- the contract --------------------------------------------------------------
+    # -- the contract (arguments checked by Store) -------------------------------------
 
     def now_ms(self) -> int:
         return int(self._one("now", "reading the server's clock")[0])
 
-    def claim(
-        self,
-        job: str,
-        slot_ms: int,
-        *,
-        runner: str,
-        reason: str = "schedule",
-        lease_ms: int = 30_000,
-        max_attempts: int = 3,
-        max_late_ms: int = 30_000,
-        overlap: str = "skip",
-        history_size: int = 100,
-        token: Optional[str] = None,
-    ) -> Claim:
-        validate_claim_args(
-            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
-        )
-        row = self._one(
-            "claim", f"claim of {job!r}", job=job, slot_ms=slot_ms,
-            token=new_token() if token is None else token, runner=runner, reason=reason, lease_ms=lease_ms,
-            max_attempts=max_attempts, max_late_ms=max_late_ms, overlap=overlap, history_size=history_size,
-        )  # fmt: skip
+    def _claim(self, request: ClaimRequest) -> Claim:
+        params = vars(request)
+        if request.token is None:
+            params = {**params, "token": new_token()}
+        row = self._one("claim", f"claim of {request.job!r}", **params)
         return Claim(row[0], None if row[1] is None else _run(row[1:]))
 
-    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        validate_heartbeat_args(job, slot_ms, token, lease_ms)
+    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         params = {"job": job, "slot_ms": slot_ms, "token": token, "lease_ms": lease_ms}
         return bool(self._one("heartbeat", f"heartbeat of {job!r}", **params)[0])
 
-    def finish(
-        self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None
-    ) -> bool:
-        validate_finish_args(job, slot_ms, token, status, error)
+    def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         params = {"job": job, "slot_ms": slot_ms, "token": token, "status": status}
         params["error"] = None if error is None else _no_nul(error)
         return bool(self._one("finish", f"finish of {job!r}", **params)[0])
 
-    def release(self, job: str, slot_ms: int, token: str) -> bool:
-        validate_token_args(job, slot_ms, token)
+    def _release(self, job: str, slot_ms: int, token: str) -> bool:
         params = {"job": job, "slot_ms": slot_ms, "token": token}
         return bool(self._one("release", f"release of {job!r}", **params)[0])
 
-    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        validate_token_args(job, slot_ms, "")  # job and slot_ms
+    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         rows = self._all("get", f"reading {job!r}", job=job, slot_ms=slot_ms)
         return _run(rows[0]) if rows else None
 
-    def unfinished(self, job: str) -> List[Run]:
-        validate_token_args(job, 0, "")
+    def _unfinished(self, job: str) -> List[Run]:
         return [_run(row) for row in self._all("unfinished", f"reading {job!r}", job=job)]
 
-    def runs(self, job: str, limit: int = 20) -> List[Run]:
-        validate_token_args(job, 0, "")
-        rows = self._all("runs", f"reading {job!r}", job=job, limit=max(0, int(limit)))
-        return [_run(row) for row in rows]
+    def _runs(self, job: str, limit: int) -> List[Run]:
+        return [_run(row) for row in self._all("runs", f"reading {job!r}", job=job, limit=limit)]
 
-    def jobs(self) -> List[str]:
+    def _jobs(self) -> List[str]:
         return [row[0] for row in self._all("jobs", "listing jobs")]
 
     def server_version(self) -> str:

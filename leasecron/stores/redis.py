@@ -52,14 +52,8 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 from ..errors import ConfigError, StoreError, StoreUnavailable, shown
 from ..runs import Claim, Run
 from . import require
-from .base import (
-    Store,
-    validate_claim_args,
-    validate_finish_args,
-    validate_heartbeat_args,
-    validate_token_args,
-)
-from .rules import new_token, read_record
+from .base import ClaimRequest, Store
+from .records import new_token, read_record
 from .urls import masked_url, without_secrets
 
 __all__ = ["RedisStore", "job_keys"]
@@ -226,35 +220,21 @@ class RedisStore(Store):
         with self._lock:
             self._registered.add(job)
 
-    # -- the contract --------------------------------------------------------------
+    # -- the contract (arguments checked by Store) -------------------------------------
 
     def now_ms(self) -> int:
         seconds, micros = self._call("reading the server's clock", self.client.time)
         return int(seconds) * 1000 + int(micros) // 1000
 
-    def claim(
-        self,
-        job: str,
-        slot_ms: int,
-        *,
-        runner: str,
-        reason: str = "schedule",
-        lease_ms: int = 30_000,
-        max_attempts: int = 3,
-        max_late_ms: int = 30_000,
-        overlap: str = "skip",
-        history_size: int = 100,
-        token: Optional[str] = None,
-    ) -> Claim:
-        validate_claim_args(
-            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
-        )
+    def _claim(self, request: ClaimRequest) -> Claim:
+        job = request.job
         self._register(job)
         fresh = new_token()  # the script's token for an attempt that must not get ``token``
         reply = self._script(
-            "claim", job, slot_ms, fresh if token is None else token, runner, reason, lease_ms, max_attempts,
-            max_late_ms, overlap, history_size, fresh,
-        )
+            "claim", job, request.slot_ms, fresh if request.token is None else request.token, request.runner,
+            request.reason, request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap,
+            request.history_size, fresh,
+        )  # fmt: skip
         if len(reply) == 4:  # the job's first stored run: make sure jobs() lists it
             try:
                 self._register(job, again=True)
@@ -265,41 +245,33 @@ class RedisStore(Store):
         run = _run(job, reply[1], reply[2]) if len(reply) >= 3 else None
         return Claim(_text(reply[0]), run)
 
-    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        validate_heartbeat_args(job, slot_ms, token, lease_ms)
+    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         return bool(self._script("heartbeat", job, slot_ms, token, lease_ms))
 
-    def finish(
-        self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None
-    ) -> bool:
-        validate_finish_args(job, slot_ms, token, status, error)
+    def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         args: Tuple[Union[str, int], ...] = (slot_ms, token, status)
         if error is not None:
             args += (error,)
         return bool(self._script("finish", job, *args))
 
-    def release(self, job: str, slot_ms: int, token: str) -> bool:
-        validate_token_args(job, slot_ms, token)
+    def _release(self, job: str, slot_ms: int, token: str) -> bool:
         return bool(self._script("release", job, slot_ms, token))
 
-    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        validate_token_args(job, slot_ms, "")  # job and slot_ms: the key and field
+    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         raw = self._call(f"reading {job!r}", self.client.hget, job_keys(self.prefix, job)[0], str(slot_ms))
         return None if raw is None else _run(job, str(slot_ms), raw)
 
-    def unfinished(self, job: str) -> List[Run]:
-        validate_token_args(job, 0, "")
+    def _unfinished(self, job: str) -> List[Run]:
         return self._read_runs(job, "unfinished", 0)
 
-    def runs(self, job: str, limit: int = 20) -> List[Run]:
-        validate_token_args(job, 0, "")
-        return self._read_runs(job, "runs", max(0, int(limit)))
+    def _runs(self, job: str, limit: int) -> List[Run]:
+        return self._read_runs(job, "runs", limit)
 
     def _read_runs(self, job: str, which: str, limit: int) -> List[Run]:
         reply = self._script("runs", job, which, limit)
         return [_run(job, reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
 
-    def jobs(self) -> List[str]:
+    def _jobs(self) -> List[str]:
         members = self._call("listing jobs", self.client.smembers, self._jobs_key)
         names = sorted(_text(m) for m in members)
         if not names:

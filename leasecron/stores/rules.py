@@ -3,168 +3,29 @@
 :class:`TableStore` carries out every operation of the store contract on a
 :class:`Table`: a handful of reads and writes that a backend performs inside
 one atomic section (the memory store under a lock, SQLite inside ``BEGIN
-IMMEDIATE``). The decisions themselves live here, once.
+IMMEDIATE``). The decisions themselves live here, once, each tagged with the
+number of the rule it carries out (``docs/protocol.rst``, and the docstrings
+of :class:`~leasecron.Store`).
 
 Redis (Lua) and PostgreSQL (SQL) state the same rules in their own language;
 the shared conformance suite proves all of them alike.
 
-A claim may carry the token its attempt gets; a claim whose run's current,
-unreleased attempt holds that token and runner is the retry of the claim that
-won it (its answer was lost), and wins that attempt again with a renewed lease
-(:meth:`Record.won_by`). A new attempt never gets the token of the attempt it
-replaces.
-
-What a store keeps beyond :class:`~leasecron.Run`: ``released`` (the current
-attempt's lease was released and can no longer be renewed) and ``handovers``
-(how many attempts ended by a release). An expired run has had ``attempt``
-attempts end, of which ``attempt - handovers`` ended by a dead runner; only
-those count against ``max_attempts``.
+What a store keeps of a run, :class:`~leasecron.stores.records.Record`, and
+the token maker live in :mod:`leasecron.stores.records`; they are importable
+from here too.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-import secrets
 from contextlib import AbstractContextManager
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import List, Optional, Tuple
 
-from ..errors import StoreError, shown
-from ..runs import (
-    EARLY_TOLERANCE_MS,
-    INTERRUPTED,
-    LATE_TOLERANCE_MS,
-    RUNNING,
-    STATUSES,
-    TAKEOVER,
-    WON,
-    Claim,
-    Run,
-    slot_datetime,
-)
-from .base import (
-    Store,
-    validate_claim_args,
-    validate_finish_args,
-    validate_heartbeat_args,
-    validate_token_args,
-)
+from ..runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Outcome, Reason, Run, Status, slot_datetime
+from .base import ClaimRequest, Store
+from .records import Record, new_token, read_record
 
 __all__ = ["Record", "Table", "TableStore", "new_token", "read_record"]
-
-
-def new_token() -> str:
-    """A fresh random token for one attempt (128 bits, hex)."""
-    return secrets.token_hex(16)
-
-
-@dataclasses.dataclass
-class Record:
-    """A run as a store keeps it: a :class:`~leasecron.Run` plus the hand-over state."""
-
-    job: str
-    slot_ms: int
-    attempt: int
-    token: str
-    runner: str
-    status: str
-    lease_end_ms: int
-    released: bool
-    handovers: int
-    reason: str
-    error: Optional[str]
-    started_ms: int
-    finished_ms: Optional[int]
-
-    def to_run(self) -> Run:
-        """The public, frozen view of this record."""
-        return Run(
-            job=self.job,
-            slot_ms=self.slot_ms,
-            attempt=self.attempt,
-            token=self.token,
-            runner=self.runner,
-            status=self.status,
-            lease_end_ms=self.lease_end_ms,
-            handed_over=self.handovers > 0,
-            reason=self.reason,
-            error=self.error,
-            started_ms=self.started_ms,
-            finished_ms=self.finished_ms,
-        )
-
-    def won_by(self, token: Optional[str], runner: str) -> bool:
-        """Whether a claim by ``runner`` with ``token`` is the retry of the claim that won the
-        current attempt: it is running with that token and runner, and was not released."""
-        return self.status == RUNNING and self.token == token and self.runner == runner and not self.released
-
-    def interrupt(self, now_ms: int, why: str) -> None:
-        """End the run as ``interrupted``; it is not retried."""
-        self.status = INTERRUPTED
-        self.error = why
-        self.finished_ms = now_ms
-
-
-def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
-    """The record a store read for ``job`` at ``slot_ms``, checked field by field.
-
-    ``fields`` holds the other fields of :class:`Record` (more are ignored);
-    an integer may be given as its decimal text (Redis keeps them so). A
-    record that was tampered with or is corrupt (a field missing, of the
-    wrong type, a status that is none of the four, a slot no datetime can
-    hold) raises :class:`~leasecron.StoreError` naming the job and the slot,
-    never a ``KeyError`` or ``TypeError`` from deep inside.
-    """
-    try:
-        record = Record(
-            job=job,
-            slot_ms=_stored_int(slot_ms, "slot_ms", 0),
-            attempt=_stored_int(fields["attempt"], "attempt", 1),
-            token=_stored_text(fields["token"], "token"),
-            runner=_stored_text(fields["runner"], "runner"),
-            status=_stored_text(fields["status"], "status"),
-            lease_end_ms=_stored_int(fields["lease_end_ms"], "lease_end_ms"),
-            released=_stored_flag(fields.get("released", False), "released"),
-            handovers=_stored_int(fields["handovers"], "handovers", 0),
-            reason=_stored_text(fields["reason"], "reason"),
-            error=None if fields.get("error") is None else _stored_text(fields["error"], "error"),
-            started_ms=_stored_int(fields["started_ms"], "started_ms"),
-            finished_ms=(
-                None if fields.get("finished_ms") is None else _stored_int(fields["finished_ms"], "finished_ms")
-            ),
-        )
-        if record.status not in STATUSES:
-            raise ValueError(f"status is {shown(record.status)}, not one of {', '.join(STATUSES)}")
-        slot_datetime(record.slot_ms)  # a slot past the year 9999 cannot be a Run
-    except KeyError as exc:
-        raise StoreError(f"the stored run of job {job!r} at slot {slot_ms} is unreadable: {exc} is missing") from exc
-    except (TypeError, ValueError, OverflowError, OSError) as exc:
-        raise StoreError(f"the stored run of job {job!r} at slot {slot_ms} is unreadable: {exc}") from exc
-    return record
-
-
-def _stored_int(value: object, field: str, minimum: Optional[int] = None) -> int:
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{field} is {shown(value)}, not an integer")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{field} is {value}, less than {minimum}")
-    return value
-
-
-def _stored_flag(value: object, field: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if value in (0, 1, "0", "1"):
-        return value in (1, "1")
-    raise TypeError(f"{field} is {shown(value)}, not a flag (0 or 1)")
-
-
-def _stored_text(value: object, field: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{field} is {shown(value)}, not text")
-    return value
 
 
 class Table(abc.ABC):
@@ -218,7 +79,10 @@ class Table(abc.ABC):
 
 
 class TableStore(Store):
-    """A store whose operations are the shared rules run on a :class:`Table`."""
+    """A store whose operations are the shared rules run on a :class:`Table`.
+
+    A backend implements :meth:`_write`, :meth:`_read`, ``now_ms`` and ``close``.
+    """
 
     @abc.abstractmethod
     def _write(self) -> AbstractContextManager[Tuple[Table, int]]:
@@ -234,64 +98,49 @@ class TableStore(Store):
 
     # -- the contract --------------------------------------------------------
 
-    def claim(
-        self,
-        job: str,
-        slot_ms: int,
-        *,
-        runner: str,
-        reason: str = "schedule",
-        lease_ms: int = 30_000,
-        max_attempts: int = 3,
-        max_late_ms: int = 30_000,
-        overlap: str = "skip",
-        history_size: int = 100,
-        token: Optional[str] = None,
-    ) -> Claim:
-        validate_claim_args(
-            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
-        )
-        settled = self._settled_claim(job, slot_ms, runner, token)
+    def _claim(self, request: ClaimRequest) -> Claim:
+        settled = self._settled_claim(request)
         if settled is not None:
             return settled
+        job, slot_ms = request.job, request.slot_ms
         with self._write() as (table, now):
             record = table.get(job, slot_ms)
             if record is not None:
-                return _claim_existing(table, now, record, runner, reason, lease_ms, max_attempts, token)
-            if reason == TAKEOVER:
-                return Claim("none")
-            if slot_ms > now + EARLY_TOLERANCE_MS:
-                return Claim("early")
-            if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS:
-                return Claim("late")
+                return _claim_existing(table, now, record, request)
+            if request.reason == Reason.TAKEOVER:  # rule 7
+                return Claim(Outcome.NONE)
+            if slot_ms > now + EARLY_TOLERANCE_MS:  # rule 8
+                return Claim(Outcome.EARLY)
+            if now - slot_ms > request.max_late_ms + LATE_TOLERANCE_MS:  # rule 9
+                return Claim(Outcome.LATE)
             newest = table.newest(job)
-            if newest is not None and newest.slot_ms > slot_ms:
-                return Claim("late", newest.to_run())
-            if overlap == "skip":
+            if newest is not None and newest.slot_ms > slot_ms:  # rule 9
+                return Claim(Outcome.LATE, newest.to_run())
+            if request.overlap == "skip":  # rule 10
                 alive = table.live_before(job, slot_ms, now)
                 if alive is not None:
-                    return Claim("overlap", alive.to_run())
-            table.interrupt_expired(job, slot_ms, now, _superseded(slot_ms))
-            record = Record(
+                    return Claim(Outcome.OVERLAP, alive.to_run())
+            table.interrupt_expired(job, slot_ms, now, _superseded(slot_ms))  # rule 11
+            record = Record(  # rule 12
                 job=job,
                 slot_ms=slot_ms,
                 attempt=1,
-                token=_attempt_token(token),
-                runner=runner,
-                status=RUNNING,
-                lease_end_ms=now + lease_ms,
+                token=_attempt_token(request.token),
+                runner=request.runner,
+                status=Status.RUNNING,
+                lease_end_ms=now + request.lease_ms,
                 released=False,
                 handovers=0,
-                reason=reason,
+                reason=request.reason,
                 error=None,
                 started_ms=now,
                 finished_ms=None,
             )
             table.insert(record)
-            table.prune(job, history_size, now - max_late_ms - LATE_TOLERANCE_MS)
-            return Claim(WON, record.to_run())
+            table.prune(job, request.history_size, now - request.max_late_ms - LATE_TOLERANCE_MS)
+            return Claim(Outcome.WON, record.to_run())
 
-    def _settled_claim(self, job: str, slot_ms: int, runner: str, token: Optional[str]) -> Optional[Claim]:
+    def _settled_claim(self, request: ClaimRequest) -> Optional[Claim]:
         """The answer to a claim that a read alone decides, without the write lock: the slot's
         run has ended (``done``) or holds a live lease (``running``); None otherwise, and for the
         retry of the claim that won the current attempt (it renews the lease: a write).
@@ -302,32 +151,28 @@ class TableStore(Store):
         was alive when the record was read, and an ended run stays ended.
         """
         with self._read() as table:
-            record = table.get(job, slot_ms)
+            record = table.get(request.job, request.slot_ms)
         if record is None:
             return None
-        if record.status != RUNNING:
-            return Claim("done", record.to_run())
-        if not record.won_by(token, runner) and record.lease_end_ms > self.now_ms():
-            return Claim("running", record.to_run())
+        if record.status != Status.RUNNING:  # rule 1
+            return Claim(Outcome.DONE, record.to_run())
+        if not record.won_by(request.token, request.runner) and record.lease_end_ms > self.now_ms():  # rule 3
+            return Claim(Outcome.RUNNING, record.to_run())
         return None
 
-    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        validate_heartbeat_args(job, slot_ms, token, lease_ms)
+    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         with self._write() as (table, now):
             record = _current(table, job, slot_ms, token)
-            if record is None or record.released:
+            if record is None or record.released:  # rule 13
                 return False
             record.lease_end_ms = now + lease_ms
             table.update(record)
             return True
 
-    def finish(
-        self, job: str, slot_ms: int, token: str, status: str, error: Optional[str] = None
-    ) -> bool:
-        validate_finish_args(job, slot_ms, token, status, error)
+    def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         with self._write() as (table, now):
             record = _current(table, job, slot_ms, token)
-            if record is None:
+            if record is None:  # rule 14
                 return False
             record.status = status
             record.error = error
@@ -335,11 +180,10 @@ class TableStore(Store):
             table.update(record)
             return True
 
-    def release(self, job: str, slot_ms: int, token: str) -> bool:
-        validate_token_args(job, slot_ms, token)
+    def _release(self, job: str, slot_ms: int, token: str) -> bool:
         with self._write() as (table, now):
             record = _current(table, job, slot_ms, token)
-            if record is None or record.released:
+            if record is None or record.released:  # rule 15
                 return False
             record.lease_end_ms = now
             record.released = True
@@ -347,23 +191,20 @@ class TableStore(Store):
             table.update(record)
             return True
 
-    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        validate_token_args(job, slot_ms, "")  # job and slot_ms
+    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         with self._read() as table:
             record = table.get(job, slot_ms)
         return None if record is None else record.to_run()
 
-    def unfinished(self, job: str) -> List[Run]:
-        validate_token_args(job, 0, "")
+    def _unfinished(self, job: str) -> List[Run]:
         with self._read() as table:
             return [r.to_run() for r in table.running(job)]
 
-    def runs(self, job: str, limit: int = 20) -> List[Run]:
-        validate_token_args(job, 0, "")
+    def _runs(self, job: str, limit: int) -> List[Run]:
         with self._read() as table:
-            return [r.to_run() for r in table.latest(job, max(0, limit))]
+            return [r.to_run() for r in table.latest(job, limit)]
 
-    def jobs(self) -> List[str]:
+    def _jobs(self) -> List[str]:
         with self._read() as table:
             return table.jobs()
 
@@ -381,43 +222,35 @@ def _superseded(slot_ms: int) -> str:
 def _current(table: Table, job: str, slot_ms: int, token: str) -> Optional[Record]:
     """The record if it is running with ``token`` as its current token."""
     record = table.get(job, slot_ms)
-    if record is None or record.status != RUNNING or record.token != token:
+    if record is None or record.status != Status.RUNNING or record.token != token:
         return None
     return record
 
 
-def _claim_existing(
-    table: Table,
-    now: int,
-    record: Record,
-    runner: str,
-    reason: str,
-    lease_ms: int,
-    max_attempts: int,
-    token: Optional[str],
-) -> Claim:
-    if record.status != RUNNING:
-        return Claim("done", record.to_run())
-    if record.won_by(token, runner):
-        record.lease_end_ms = now + lease_ms  # the retry of a claim that won this attempt
+def _claim_existing(table: Table, now: int, record: Record, request: ClaimRequest) -> Claim:
+    """Rules 1-6: the claim of a slot that has a run."""
+    if record.status != Status.RUNNING:  # rule 1
+        return Claim(Outcome.DONE, record.to_run())
+    if record.won_by(request.token, request.runner):  # rule 2: the retry of the claim that won this attempt
+        record.lease_end_ms = now + request.lease_ms
         table.update(record)
-        return Claim(WON, record.to_run())
-    if record.lease_end_ms > now:
-        return Claim("running", record.to_run())
+        return Claim(Outcome.WON, record.to_run())
+    if record.lease_end_ms > now:  # rule 3
+        return Claim(Outcome.RUNNING, record.to_run())
     newest = table.newest(record.job)
-    if newest is not None and newest.slot_ms > record.slot_ms:
+    if newest is not None and newest.slot_ms > record.slot_ms:  # rule 4
         record.interrupt(now, _superseded(newest.slot_ms))
-    elif record.attempt - record.handovers >= max_attempts:
-        record.interrupt(now, f"max_attempts ({max_attempts}) used up by runners that died")
-    else:
+    elif record.attempt - record.handovers >= request.max_attempts:  # rule 5
+        record.interrupt(now, f"max_attempts ({request.max_attempts}) used up by runners that died")
+    else:  # rule 6
         record.attempt += 1
-        record.token = _attempt_token(token, record.token)
-        record.runner = runner
-        record.lease_end_ms = now + lease_ms
+        record.token = _attempt_token(request.token, record.token)
+        record.runner = request.runner
+        record.lease_end_ms = now + request.lease_ms
         record.released = False
-        record.reason = reason
+        record.reason = request.reason
         record.started_ms = now
         table.update(record)
-        return Claim(WON, record.to_run())
+        return Claim(Outcome.WON, record.to_run())
     table.update(record)
-    return Claim("done", record.to_run())
+    return Claim(Outcome.DONE, record.to_run())

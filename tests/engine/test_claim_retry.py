@@ -27,8 +27,7 @@ from chaoslib.proxy import FaultyProxy  # noqa: E402
 
 import leasecron  # noqa: E402
 from leasecron import Claim, LeaseCron, MemoryStore, Store  # noqa: E402
-from leasecron.runs import SCHEDULE  # noqa: E402
-from leasecron.stores import DelegatingStore  # noqa: E402
+from leasecron.stores import ClaimRequest, DelegatingStore  # noqa: E402
 from tests.conftest import BACKENDS, SERVERS, Backend  # noqa: E402
 from tests.engine.support import CATCH_UP_HOUR, FAST, HOURLY, Seen, latest_hourly_slot  # noqa: E402
 from tests.helpers import wait_for  # noqa: E402
@@ -50,12 +49,12 @@ class DropsRepliesFromFirstClaim(DelegatingStore):
         self.tries: List[Tuple[str, Optional[str]]] = []
         self._lock = threading.Lock()
 
-    def claim(self, job: str, slot_ms: int, **kwargs: Any) -> Claim:
+    def _claim(self, request: ClaimRequest) -> Claim:
         with self._lock:
-            self.tries.append((kwargs.get("reason", SCHEDULE), kwargs.get("token")))
+            self.tries.append((request.reason, request.token))
             if len(self.tries) == 1:
                 self.proxy.drop_replies()
-        return super().claim(job, slot_ms, **kwargs)
+        return super()._claim(request)
 
 
 def _proxied_url(backend: Backend, proxy: FaultyProxy, host: str, port: int) -> str:
@@ -162,3 +161,15 @@ def test_every_store_wrapper_passes_the_claims_token_on(wrap: Callable[[Store, P
     assert first.outcome == again.outcome == "won"
     assert first.run is not None and again.run is not None
     assert (again.run.attempt, again.run.token) == (1, "the-claims-token") == (first.run.attempt, first.run.token)
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS, ids=lambda w: w.__name__.strip("_"))
+def test_every_store_wrapper_overrides_protected_methods_only(
+    wrap: Callable[[Store, Path], Any], tmp_path: Path
+) -> None:
+    """The stores that wrap another leave the public operations to Store, which checks the arguments
+    once, and override the protected methods (``_claim`` and the like) they observe."""
+    store = wrap(MemoryStore(), tmp_path)
+    for name in ("claim", "heartbeat", "finish", "release", "get_run", "unfinished", "runs", "jobs"):
+        assert getattr(type(store), name) is getattr(Store, name), f"{type(store).__name__}.{name}"
+    assert type(store)._claim is not Store._claim

@@ -1,9 +1,9 @@
 """The store contract, rule by rule, against every store (the ``store`` / ``backend`` fixtures).
 
-Each rule of ``SPEC.md`` ("The store contract") and of ``docs/leases.txt``
-("Summary of the rules" 1-6) is written once here, against the public
-:class:`~leasecron.Store` API only, so a new backend joins by adding a
-``Backend`` in ``tests/conftest.py``.
+Each rule of the store contract (numbered 1-15 in ``docs/protocol.rst`` and
+in the docstrings of :class:`~leasecron.Store`) is written once here, against
+the public :class:`~leasecron.Store` API only, so a new backend joins by
+adding a ``Backend`` in ``tests/conftest.py``.
 
 Times are real: slots are placed relative to ``store.now_ms()`` (the store's
 clock), a lease is let run out by waiting until the store's clock has passed
@@ -76,7 +76,7 @@ def slots(runs: List[Run]) -> List[int]:
     return [r.slot_ms for r in runs]
 
 
-# -- rule 1: a claim for a run with no state wins and gets a lease --------------
+# -- rule 12: a claim for a slot with no run wins attempt 1 and gets a lease -----
 
 
 def test_first_claim_wins_attempt_1_with_a_lease(store: Store) -> None:
@@ -139,7 +139,7 @@ def test_tokens_differ_between_attempts_and_runs(store: Store) -> None:
     assert len(set(tokens)) == len(tokens)
 
 
-# -- outcomes of a claim on an existing run --------------------------------------
+# -- rules 1, 3 and 7: a claim on an ended or live run; a takeover of no run -----
 
 
 def test_claim_on_live_lease_is_running_and_returns_the_live_run(store: Store) -> None:
@@ -191,7 +191,7 @@ def test_takeover_claim_is_never_late(store: Store) -> None:
     assert result.run is not None and result.run.attempt == 2 and result.run.runner == "r2"
 
 
-# -- rule 6: early and late -----------------------------------------------------
+# -- rules 8 and 9: early and late ----------------------------------------------
 
 
 def test_claim_more_than_10s_ahead_is_early_and_creates_nothing(store: Store) -> None:
@@ -256,7 +256,7 @@ def test_claim_older_than_the_newest_run_is_late(store: Store, overlap: str) -> 
     assert slots(store.runs(JOB)) == [s2]
 
 
-# -- rule 5: overlap ---------------------------------------------------------------
+# -- rules 10, 11 and 4: overlap, and earlier runs whose lease ended ----------------
 
 
 def test_overlap_skip_refuses_new_slot_while_earlier_lease_is_alive(store: Store) -> None:
@@ -412,7 +412,7 @@ def test_overlap_lasts_until_the_earlier_lease_ends_then_the_new_slot_wins(store
     assert stored(store, JOB, s1).status == "interrupted"
 
 
-# -- rule 3: takeover, attempts and max_attempts ------------------------------------
+# -- rules 5 and 6: takeover, attempts and max_attempts -----------------------------
 
 
 def test_takeover_of_expired_lease_wins_next_attempt(store: Store) -> None:
@@ -493,7 +493,7 @@ def test_deaths_and_releases_mixed_only_deaths_count(store: Store) -> None:
     assert stored(store, JOB, slot).attempt == 4
 
 
-# -- rule 2: heartbeats ----------------------------------------------------------------
+# -- rule 13: heartbeats ---------------------------------------------------------------
 
 
 def test_heartbeat_with_current_token_moves_the_lease_end(store: Store) -> None:
@@ -595,7 +595,7 @@ def test_fencing_old_token_is_refused_after_takeover(store: Store) -> None:
     assert store.finish(JOB, slot, second.token, "success") is True
 
 
-# -- rule 4: finish and release -------------------------------------------------------------
+# -- rules 14 and 15: finish and release ----------------------------------------------------
 
 
 def test_finish_success_ends_the_run(store: Store) -> None:
@@ -726,7 +726,7 @@ def test_release_after_finish_is_refused(store: Store) -> None:
     assert stored(store, JOB, slot) == ended
 
 
-# -- a claim's token: the retry of a claim whose answer was lost ------------------------------------
+# -- rules 2 and 6: a claim's token, and the retry of a claim whose answer was lost ----------------
 
 
 def test_a_claim_given_a_token_gives_it_to_the_attempt_it_wins(store: Store) -> None:
@@ -892,7 +892,7 @@ def test_get_run_is_none_for_unknown_job_or_slot(store: Store) -> None:
     assert store.get_run("unknown", slot) is None
 
 
-# -- history ------------------------------------------------------------------------------------
+# -- rule 12: history ----------------------------------------------------------------------------
 
 
 def _finished_runs(store: Store, job: str, slot_list: List[int], max_late_ms: int, history_size: int = 100) -> None:

@@ -1,6 +1,6 @@
 """DelegatingStore: the whole contract suite again, through a DelegatingStore around every backend's
-store; and what the wrapper itself promises (every Store method forwarded, kind, repr, close, a
-subclass that observes calls)."""
+store; and what the wrapper itself promises (every operation forwarded to the inner store's protected
+method, the arguments checked once, kind, repr, close, a subclass that observes calls)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any, Iterator, List, Tuple
 
 import pytest
 
-from leasecron import ConfigError, LeaseCron, Store
-from leasecron.stores import DelegatingStore
+import leasecron.stores.base
+from leasecron import Claim, ConfigError, LeaseCron, Store
+from leasecron.stores import ClaimRequest, DelegatingStore
 from tests.conftest import BACKENDS, Backend
 from tests.engine.support import FAST, HOURLY, CATCH_UP_HOUR, Recorder
 
@@ -54,25 +55,25 @@ def test_the_contract_tests_here_get_a_delegating_store(store: Store) -> None:
     assert store.kind == store.inner.kind
 
 
-def _public_methods(cls: type) -> List[str]:
-    return sorted(
-        name
-        for name, member in inspect.getmembers(cls, inspect.isfunction)
-        if not name.startswith("_") and name not in ("__enter__", "__exit__")
-    )
+#: The public operations of the contract: Store's own methods, which check their arguments and call
+#: the protected method of the same name.
+OPERATIONS = ["claim", "heartbeat", "finish", "release", "get_run", "unfinished", "runs", "jobs"]
 
 
-def test_every_store_method_is_forwarded_not_inherited() -> None:
-    """DelegatingStore defines every public method of Store itself: none falls back to Store's default."""
-    missing = [name for name in _public_methods(Store) if name not in vars(DelegatingStore)]
-    assert missing == []
+def test_every_operation_is_forwarded_and_the_public_methods_are_the_contracts() -> None:
+    """DelegatingStore defines every abstract method of Store itself (the protected operations,
+    now_ms, close) and the check helpers; its public operations are Store's own."""
     assert not DelegatingStore.__abstractmethods__
-    for name in _public_methods(Store):
+    assert {f"_{name}" for name in OPERATIONS} | {"now_ms", "close"} == set(Store.__abstractmethods__)
+    for name in sorted(Store.__abstractmethods__) + ["server_version", "durability_warnings"]:
+        assert name in vars(DelegatingStore), name
         assert inspect.signature(getattr(DelegatingStore, name)) == inspect.signature(getattr(Store, name)), name
+    for name in OPERATIONS:
+        assert getattr(DelegatingStore, name) is getattr(Store, name), name
 
 
 class _Answers(Store):
-    """A store of the user's kind: each method returns a value of its own, to see it passed on."""
+    """A store of the user's kind: each protected method returns a value of its own, to see it passed on."""
 
     kind = "answers"
 
@@ -87,35 +88,35 @@ class _Answers(Store):
         self._called("now_ms")
         return 42
 
-    def claim(self, job: str, slot_ms: int, **kwargs: Any) -> Any:  # type: ignore[override]
-        self._called("claim", job, slot_ms, tuple(sorted(kwargs.items())))
-        return "claim-answer"
+    def _claim(self, request: ClaimRequest) -> Claim:
+        self._called("claim", request)
+        return "claim-answer"  # type: ignore[return-value]
 
-    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
+    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         self._called("heartbeat", job, slot_ms, token, lease_ms)
         return False
 
-    def finish(self, job: str, slot_ms: int, token: str, status: str, error: Any = None) -> bool:
+    def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Any) -> bool:
         self._called("finish", job, slot_ms, token, status, error)
         return True
 
-    def release(self, job: str, slot_ms: int, token: str) -> bool:
+    def _release(self, job: str, slot_ms: int, token: str) -> bool:
         self._called("release", job, slot_ms, token)
         return False
 
-    def get_run(self, job: str, slot_ms: int) -> Any:
+    def _get_run(self, job: str, slot_ms: int) -> Any:
         self._called("get_run", job, slot_ms)
         return "a-run"
 
-    def unfinished(self, job: str) -> Any:
+    def _unfinished(self, job: str) -> Any:
         self._called("unfinished", job)
         return ["unfinished"]
 
-    def runs(self, job: str, limit: int = 20) -> Any:
+    def _runs(self, job: str, limit: int) -> Any:
         self._called("runs", job, limit)
         return ["runs"]
 
-    def jobs(self) -> List[str]:
+    def _jobs(self) -> List[str]:
         self._called("jobs")
         return ["j"]
 
@@ -133,12 +134,13 @@ class _Answers(Store):
 
 
 def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
-    """Every method reaches the inner store with the same arguments, and its answer comes back unchanged."""
+    """Every method reaches the inner store with the same arguments (a claim's as one ClaimRequest),
+    and its answer comes back unchanged."""
     inner = _Answers()
     store = DelegatingStore(inner)
     assert store.now_ms() == 42
     assert store.claim("j", 7, runner="r", reason="takeover", lease_ms=9, max_attempts=2, max_late_ms=3,
-                       overlap="allow", history_size=4) == "claim-answer"  # fmt: skip
+                       overlap="allow", history_size=4, token="t0") == "claim-answer"  # fmt: skip
     assert store.heartbeat("j", 7, "t", 5) is False
     assert store.finish("j", 7, "t", "failed", "boom") is True
     assert store.release("j", 7, "t") is False
@@ -148,11 +150,9 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     assert store.jobs() == ["j"]
     assert store.server_version() == "Answers 1.2"
     assert store.durability_warnings() == ["keep it on disk"]
-    claim_args = (("history_size", 4), ("lease_ms", 9), ("max_attempts", 2), ("max_late_ms", 3),
-                  ("overlap", "allow"), ("reason", "takeover"), ("runner", "r"))  # fmt: skip
     assert inner.calls == [
         ("now_ms", ()),
-        ("claim", ("j", 7, claim_args)),
+        ("claim", (ClaimRequest("j", 7, "r", "takeover", 9, 2, 3, "allow", 4, "t0"),)),
         ("heartbeat", ("j", 7, "t", 5)),
         ("finish", ("j", 7, "t", "failed", "boom")),
         ("release", ("j", 7, "t")),
@@ -161,12 +161,40 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
         ("runs", ("j", 3)),
         ("jobs", ()),
     ]
-    # the claim's defaults are the contract's
+    # the claim's defaults are the contract's; runs' limit is never negative
     inner.calls.clear()
     store.claim("j", 8, runner="r")
-    assert inner.calls == [("claim", ("j", 8, (("history_size", 100), ("lease_ms", 30_000), ("max_attempts", 3),
-                                                ("max_late_ms", 30_000), ("overlap", "skip"), ("reason", "schedule"),
-                                                ("runner", "r"))))]  # fmt: skip
+    store.finish("j", 8, "t", "success")
+    store.runs("j")
+    store.runs("j", -5)
+    assert inner.calls == [
+        ("claim", (ClaimRequest("j", 8, "r", "schedule", 30_000, 3, 30_000, "skip", 100, None),)),
+        ("finish", ("j", 8, "t", "success", None)),
+        ("runs", ("j", 20)),
+        ("runs", ("j", 0)),
+    ]
+
+
+def test_the_arguments_are_checked_once_by_the_outermost_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through two wrappers a claim's arguments are checked once; a bad argument is refused with
+    ConfigError naming it before any store is asked."""
+    checked: List[ClaimRequest] = []
+    check_claim = leasecron.stores.base.check_claim
+
+    def counting(request: ClaimRequest) -> None:
+        checked.append(request)
+        check_claim(request)
+
+    monkeypatch.setattr(leasecron.stores.base, "check_claim", counting)
+    inner = _Answers()
+    store = DelegatingStore(DelegatingStore(inner))
+    assert store.claim("j", 7, runner="r") == "claim-answer"
+    assert len(checked) == 1
+    with pytest.raises(ConfigError, match="lease_ms"):
+        store.claim("j", 7, runner="r", lease_ms=0)
+    with pytest.raises(ConfigError, match="status"):
+        store.finish("j", 7, "t", "done")
+    assert [name for name, _ in inner.calls] == ["claim"]
 
 
 def test_kind_repr_close_and_with_block_come_from_the_inner_store() -> None:
@@ -182,8 +210,8 @@ def test_kind_repr_close_and_with_block_come_from_the_inner_store() -> None:
     assert inner.closed == 2
 
 
-def test_errors_of_the_inner_store_pass_through(backend: _Wrapping) -> None:
-    """A refused argument raises the inner store's own error, unchanged."""
+def test_a_refused_argument_raises_the_error_a_store_raises(backend: _Wrapping) -> None:
+    """A refused argument raises the ConfigError any store raises, naming it."""
     store = backend.open()
     with pytest.raises(ConfigError, match="lease_ms"):
         store.claim("job", store.now_ms(), runner="r", lease_ms=0)
@@ -196,15 +224,15 @@ def test_wrapping_something_that_is_not_a_store_is_refused() -> None:
 
 
 class _Counting(DelegatingStore):
-    """What a benchmark or metrics wrapper does: override one method, call super()."""
+    """What a benchmark or metrics wrapper does: override one protected method, call super()."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.claims: List[str] = []
 
-    def claim(self, job: str, slot_ms: int, **kwargs: Any) -> Any:  # type: ignore[override]
-        answer = super().claim(job, slot_ms, **kwargs)
-        self.claims.append(f"{kwargs.get('reason', 'schedule')} -> {answer.outcome}")
+    def _claim(self, request: ClaimRequest) -> Claim:
+        answer = super()._claim(request)
+        self.claims.append(f"{request.reason} -> {answer.outcome}")
         return answer
 
 

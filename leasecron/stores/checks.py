@@ -1,0 +1,122 @@
+"""The checks of the arguments of the store operations, made once by :class:`~leasecron.Store`'s
+public methods before a backend sees them.
+
+Each check raises :class:`~leasecron.ConfigError` naming the first bad
+argument, and builds its message only then: a claim's checks run on every
+claim, and cost no more than a few comparisons.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import ConfigError, shown
+from ..runs import FINISH_STATUSES, REASONS
+from .claim_request import ClaimRequest
+
+__all__ = [
+    "MAX_INT",
+    "MAX_NAME_BYTES",
+    "OVERLAP_MODES",
+    "check_claim",
+    "check_finish",
+    "check_heartbeat",
+    "check_job_name",
+    "check_run_key",
+    "check_text",
+    "check_token",
+]
+
+#: The largest time or count a store accepts (2**50 ms is some 35 000 years):
+#: every backend can add two of them exactly, Lua's doubles included.
+MAX_INT = 2**50
+
+#: The longest job name, in bytes of UTF-8: every store can key and index it
+#: (PostgreSQL's btree index rows hold at most about 2.7 kB).
+MAX_NAME_BYTES = 1024
+
+#: The values of a claim's ``overlap``.
+OVERLAP_MODES = ("skip", "allow")
+
+
+def check_text(what: str, value: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``value`` is a string every store can
+    keep: no NUL character, and no lone surrogate (it could not be encoded as UTF-8)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string, not {shown(value)}")
+    if "\x00" in value:
+        raise ConfigError(f"{what} must not contain a NUL character: {shown(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} must be valid Unicode text, but has a lone surrogate at index {exc.start}: {shown(value)}"
+        ) from None
+
+
+def check_job_name(job: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``job`` is a job name every store
+    accepts: a non-empty string without NUL or lone surrogates, at most
+    :data:`MAX_NAME_BYTES` bytes in UTF-8."""
+    if not isinstance(job, str) or job == "":
+        raise ConfigError(f"job name must be a non-empty string, not {shown(job)}")
+    check_text("job name", job)
+    size = len(job.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        raise ConfigError(f"job name must be at most {MAX_NAME_BYTES} bytes in UTF-8, not {size}: {shown(job)}")
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_INT):
+        raise ConfigError(f"{name} must be an integer from {minimum} to 2**50, not {value!r}")
+
+
+def check_run_key(job: object, slot_ms: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``job`` and ``slot_ms`` name a run."""
+    check_job_name(job)
+    _check_int("slot_ms", slot_ms, 0)
+
+
+def check_token(job: object, slot_ms: object, token: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` naming the first bad job, slot or token."""
+    check_run_key(job, slot_ms)
+    check_text("token", token)
+
+
+def check_heartbeat(job: object, slot_ms: object, token: object, lease_ms: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a heartbeat."""
+    check_token(job, slot_ms, token)
+    _check_int("lease_ms", lease_ms, 1)
+
+
+def check_finish(job: object, slot_ms: object, token: object, status: object, error: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a finish."""
+    check_token(job, slot_ms, token)
+    if status not in FINISH_STATUSES:
+        raise ConfigError(f"status must be 'success' or 'failed', not {status!r}")
+    if error is not None:
+        if not isinstance(error, str):
+            raise ConfigError(f"error must be a string or None, not {error!r}")
+        check_text("error", error.replace("\x00", ""))  # a NUL is kept (or replaced) by the store
+
+
+def check_claim(request: ClaimRequest) -> None:
+    """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a claim."""
+    check_run_key(request.job, request.slot_ms)
+    runner: object = request.runner
+    if not isinstance(runner, str) or runner == "":
+        raise ConfigError(f"runner must be a non-empty string, not {runner!r}")
+    check_text("runner", runner)
+    if request.reason not in REASONS:
+        raise ConfigError(f"reason must be one of {', '.join(REASONS)}, not {request.reason!r}")
+    _check_int("lease_ms", request.lease_ms, 1)
+    _check_int("max_attempts", request.max_attempts, 1)
+    _check_int("max_late_ms", request.max_late_ms, 0)
+    if request.overlap not in OVERLAP_MODES:
+        raise ConfigError(f"overlap must be 'skip' or 'allow', not {request.overlap!r}")
+    _check_int("history_size", request.history_size, 0)
+    token: Optional[object] = request.token
+    if token is not None:
+        if not isinstance(token, str) or token == "":
+            raise ConfigError(f"token must be a non-empty string or None, not {token!r}")
+        check_text("token", token)
