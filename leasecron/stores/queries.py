@@ -4,16 +4,17 @@ A file holds blocks that each open with a header line ``-- name: <name>``,
 followed by comment lines that say what the query takes and returns, and the
 statement. Table names cannot be bound as parameters, so a query may name
 ``{table}``; the name is checked to be a plain identifier before it is put
-in. Every value is bound as a parameter.
+in (:func:`~leasecron.stores.templates.render`). Every value is bound as a
+parameter.
 """
 
 from __future__ import annotations
 
 import re
-from importlib import resources
 from typing import Dict
 
 from ..errors import ConfigError
+from .templates import read_text, render, without_comments
 
 __all__ = ["load_queries", "check_identifier"]
 
@@ -33,10 +34,8 @@ def check_identifier(name: str, what: str = "table") -> str:
 
 def load_queries(dialect: str, **names: str) -> Dict[str, str]:
     """The named queries of ``sql/<dialect>.sql``, with ``{table}`` and the like filled in."""
-    text = resources.files(__package__).joinpath("sql").joinpath(f"{dialect}.sql").read_text("utf-8")
-    parts = _HEADER.split(text)
+    parts = _HEADER.split(read_text("sql", f"{dialect}.sql"))
     queries = {}
     for name, body in zip(parts[1::2], parts[2::2]):
-        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";").format(**names)
+        queries[name] = render(without_comments(body).rstrip(";"), **names)
     return queries

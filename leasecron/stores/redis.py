@@ -1,10 +1,12 @@
 """RedisStore: the store contract on Redis or Valkey, standalone or cluster.
 
 Each operation that writes is one Lua script (``stores/lua/<op>.lua``, with
-``common.lua`` prepended), run with one ``EVALSHA``: the script reads the
+``common.lua`` prepended, and the numbers of the protocol rendered in from
+:mod:`leasecron.runs`), run with one ``EVALSHA``: the script reads the
 server's clock with ``TIME`` and decides and writes atomically, so every
 lease comparison uses the server's clock and no decision ever spans two
-round trips. A script the server does not know (a restart, ``SCRIPT FLUSH``,
+round trips. ``claim.lua`` tags each branch with the number of the rule of
+the store contract it carries out. A script the server does not know (a restart, ``SCRIPT FLUSH``,
 a failover) answers ``NOSCRIPT``; the store then loads it and calls again.
 
 Keys. One job's state lives in four keys that share one hash tag, so a
@@ -45,7 +47,6 @@ import hashlib
 import json
 import logging
 import threading
-from importlib import resources
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
@@ -54,6 +55,7 @@ from ..runs import Claim, Run
 from . import require
 from .base import ClaimRequest, Store
 from .records import new_token, read_record
+from .templates import read_text, render
 from .urls import masked_url, without_secrets
 
 __all__ = ["RedisStore", "job_keys"]
@@ -80,9 +82,8 @@ class _Script:
     """One Lua script, called with EVALSHA and loaded again on NOSCRIPT."""
 
     def __init__(self, name: str, common: str) -> None:
-        body = resources.files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text("utf-8")
         self.name = name
-        self.source = f"{common}\n{body}"
+        self.source = render(f"{common}\n{read_text('lua', f'{name}.lua')}")
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Union[str, int]]) -> Any:
@@ -95,7 +96,7 @@ class _Script:
 
 
 def _load_scripts() -> Dict[str, _Script]:
-    common = resources.files(__package__).joinpath("lua").joinpath("common.lua").read_text("utf-8")
+    common = read_text("lua", "common.lua")
     return {name: _Script(name, common) for name in ("claim", "heartbeat", "finish", "release", "runs")}
 
 

@@ -1,5 +1,5 @@
--- claim.lua: Store.claim, the rules of docs/leases.txt, atomically on the
--- server's clock.
+-- claim.lua: Store.claim, atomically on the server's clock, by rules 1-12 of
+-- the store contract (docs/protocol.rst); each branch is tagged with its rule.
 -- KEYS: the job's runs, slots, running, finished (see common.lua).
 -- ARGV[1] slot_ms       the slot claimed (decimal string)
 -- ARGV[2] token         the token of the attempt, if this claim wins one; the
@@ -42,26 +42,26 @@ end
 local raw = redis.call('HGET', K.runs, slot)
 if raw then
   local run = decode(raw, slot)
-  if run.status ~= 'running' then
+  if run.status ~= 'running' then -- rule 1
     return {'done', slot, raw}
   end
-  if run.token == token and run.runner == runner and run.released ~= 1 then
+  if run.token == token and run.runner == runner and run.released ~= 1 then -- rule 2
     -- the retry of the claim that won this attempt (its answer was lost): renew the lease
     run.lease_end_ms = now + lease_ms
     return {'won', slot, save(slot, run)}
   end
-  if run.lease_end_ms > now then
+  if run.lease_end_ms > now then -- rule 3
     return {'running', slot, raw}
   end
   local newest = newest_slot()
-  if tonumber(newest) > slot_ms then
+  if tonumber(newest) > slot_ms then -- rule 4
     return {'done', slot, finish_run(slot, run, now, 'interrupted', superseded(tonumber(newest)))}
   end
-  if run.attempt - run.handovers >= max_attempts then
+  if run.attempt - run.handovers >= max_attempts then -- rule 5
     local why = 'max_attempts (' .. int(max_attempts) .. ') used up by runners that died'
     return {'done', slot, finish_run(slot, run, now, 'interrupted', why)}
   end
-  run.attempt = run.attempt + 1
+  run.attempt = run.attempt + 1 -- rule 6
   if run.token == token then
     token = fresh -- a token is never given to two attempts
   end
@@ -69,17 +69,17 @@ if raw then
 end
 
 -- A new claim.
-if reason == 'takeover' then
+if reason == 'takeover' then -- rule 7
   return {'none'}
 end
-if slot_ms > now + EARLY_TOLERANCE_MS then
+if slot_ms > now + EARLY_TOLERANCE_MS then -- rule 8
   return {'early'}
 end
-if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS then
+if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS then -- rule 9
   return {'late'}
 end
 local newest = newest_slot()
-if newest and tonumber(newest) > slot_ms then
+if newest and tonumber(newest) > slot_ms then -- rule 9
   return {'late', newest, redis.call('HGET', K.runs, newest)}
 end
 -- The earlier running runs, newest first, every one read (and checked) before anything is written.
@@ -87,19 +87,20 @@ local earlier = {}
 for _, at in ipairs(redis.call('ZREVRANGEBYSCORE', K.running, '(' .. slot, '-inf')) do
   earlier[#earlier + 1] = {at, load(at) or unreadable(at, 'listed as running but not stored')}
 end
-if overlap == 'skip' then
+if overlap == 'skip' then -- rule 10
   for _, entry in ipairs(earlier) do
     if entry[2].lease_end_ms > now then
       return {'overlap', entry[1], redis.call('HGET', K.runs, entry[1])}
     end
   end
 end
-for _, entry in ipairs(earlier) do
+for _, entry in ipairs(earlier) do -- rule 11
   if entry[2].lease_end_ms <= now then
     finish_run(entry[1], entry[2], now, 'interrupted', superseded(slot_ms))
   end
 end
 
+-- rule 12
 local first = redis.call('EXISTS', K.slots) == 0
 local answer = won({attempt = 1, status = 'running', handovers = 0})
 if first then

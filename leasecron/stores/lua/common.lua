@@ -1,6 +1,7 @@
 -- common.lua: the helpers every leasecron script shares. The store prepends
 -- this file to each script before loading it, so each script stays one
--- self-contained EVALSHA.
+-- self-contained EVALSHA, and renders in the numbers of the protocol from
+-- their Python constants (leasecron.runs): {LATE_TOLERANCE_MS} and the like.
 --
 -- Every script takes the same four keys, one job's (they share one hash tag,
 -- so they live in one cluster slot):
@@ -15,8 +16,8 @@
 
 local INTEGERS = {'attempt', 'lease_end_ms', 'released', 'handovers', 'started_ms', 'finished_ms'}
 local K = {runs = KEYS[1], slots = KEYS[2], running = KEYS[3], finished = KEYS[4]}
-local LATE_TOLERANCE_MS = 10000
-local EARLY_TOLERANCE_MS = 10000
+local LATE_TOLERANCE_MS = {LATE_TOLERANCE_MS}
+local EARLY_TOLERANCE_MS = {EARLY_TOLERANCE_MS}
 
 local function int(n)
   return string.format('%d', n)

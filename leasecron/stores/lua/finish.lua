@@ -1,5 +1,5 @@
--- finish.lua: Store.finish. Records the end of the current attempt, only with
--- the current token of a running run.
+-- finish.lua: Store.finish, rule 14 of the store contract. Records the end
+-- of the current attempt, only with the current token of a running run.
 -- KEYS: the job's runs, slots, running, finished (see common.lua).
 -- ARGV[1] slot_ms   ARGV[2] token   ARGV[3] status ('success' or 'failed')
 -- ARGV[4] error (optional: absent when there is none)
@@ -7,7 +7,7 @@
 
 local slot, token = ARGV[1], ARGV[2]
 local run = current(slot, token)
-if run == nil then
+if run == nil then -- rule 14
   return 0
 end
 finish_run(slot, run, now_ms(), ARGV[3], ARGV[4])
