@@ -36,9 +36,10 @@ _LICENCE_GLOBS = ["LICEN[CS]E*", "COPYING*", "NOTICE*", "AUTHORS*"]
 
 
 def _package_data() -> Dict[str, str]:
-    """The checkout's SQL and Lua files: ``sql/sqlite.sql`` -> its text."""
-    files = [*(STORES / "sql").glob("*.sql"), *(STORES / "lua").glob("*.lua")]
-    return {f"{p.parent.name}/{p.name}": p.read_text("utf-8") for p in files}
+    """The checkout's SQL and Lua files, in every folder below ``sql`` and ``lua``:
+    ``sql/sqlite/queries.sql`` -> its text."""
+    files = [*(STORES / "sql").rglob("*.sql"), *(STORES / "lua").rglob("*.lua")]
+    return {p.relative_to(STORES).as_posix(): p.read_text("utf-8") for p in files}
 
 
 def _copy_build_tree(dest: Path) -> None:
@@ -79,7 +80,7 @@ def test_wheel_contains_package_data_and_entry_point(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "leasecron/py.typed" in names
     data = _package_data()
-    assert len(data) >= 7
+    assert len(data) >= 11  # the queries and migrations of two dialects, six Lua scripts
     for name in data:
         assert f"leasecron/stores/{name}" in names, name
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -91,7 +92,8 @@ def test_wheel_contains_package_data_and_entry_point(wheel: Path) -> None:
 
 
 #: Run by the fresh venv's interpreter: the installed package's location, a
-#: claim and finish on a SQLite store (argv[1]), and the package data it holds.
+#: claim and finish on a SQLite store (argv[1]), and the package data it holds (every SQL and Lua
+#: file, in every folder).
 _IN_VENV = textwrap.dedent(
     """
     import json, sys
@@ -107,13 +109,15 @@ _IN_VENV = textwrap.dedent(
         run = store.get_run("packaging", slot)
     finally:
         store.close()
+    def files(folder, path):
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                yield from files(entry, f"{path}/{entry.name}")
+            elif entry.name.endswith((".sql", ".lua")):
+                yield f"{path}/{entry.name}", entry.read_text("utf-8")
+
     stores = resources.files("leasecron.stores")
-    data = {
-        f"{kind}/{entry.name}": entry.read_text("utf-8")
-        for kind in ("sql", "lua")
-        for entry in stores.joinpath(kind).iterdir()
-        if entry.name.endswith("." + kind)
-    }
+    data = {**dict(files(stores.joinpath("sql"), "sql")), **dict(files(stores.joinpath("lua"), "lua"))}
     print(json.dumps({
         "file": leasecron.__file__,
         "version": leasecron.__version__,

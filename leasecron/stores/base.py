@@ -5,8 +5,9 @@ and compares lease ends with the store's own clock (``now_ms``), never with
 the caller's. ``docs/protocol.rst`` explains the protocol and numbers the
 rules of the contract (1-15); the docstrings of :meth:`Store.claim`,
 :meth:`~Store.heartbeat`, :meth:`~Store.finish` and :meth:`~Store.release`
-state them with those numbers, and the branch that carries out a rule is
-tagged with its number (``rule 4`` in ``rules.py`` and ``claim.lua``).
+state them with those numbers, and each backend tags the branch that carries
+out a rule with its number (``rule 4`` in ``rules.py``, ``claim.lua`` and the
+PostgreSQL migrations).
 
 The public methods of :class:`Store` check their arguments, once, and call
 a protected method that does the work (``claim`` calls ``_claim`` with a

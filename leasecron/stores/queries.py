@@ -1,4 +1,4 @@
-"""Named queries kept as package data: ``leasecron/stores/sql/<dialect>.sql``.
+"""Named queries kept as package data: ``leasecron/stores/sql/<dialect>/queries.sql``.
 
 A file holds blocks that each open with a header line ``-- name: <name>``,
 followed by comment lines that say what the query takes and returns, and the
@@ -33,8 +33,8 @@ def check_identifier(name: str, what: str = "table") -> str:
 
 
 def load_queries(dialect: str, **names: str) -> Dict[str, str]:
-    """The named queries of ``sql/<dialect>.sql``, with ``{table}`` and the like filled in."""
-    parts = _HEADER.split(read_text("sql", f"{dialect}.sql"))
+    """The named queries of ``sql/<dialect>/queries.sql``, with ``{table}`` and the like filled in."""
+    parts = _HEADER.split(read_text("sql", dialect, "queries.sql"))
     queries = {}
     for name, body in zip(parts[1::2], parts[2::2]):
         queries[name] = render(without_comments(body).rstrip(";"), **names)

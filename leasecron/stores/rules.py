@@ -7,9 +7,9 @@ IMMEDIATE``). The decisions themselves live here, once, each tagged with the
 number of the rule it carries out (``docs/protocol.rst``, and the docstrings
 of :class:`~leasecron.Store`).
 
-Redis (``claim.lua``, with the same tags) and PostgreSQL (SQL) state the
-same rules in their own language; the shared conformance suite proves all of
-them alike.
+Redis (``claim.lua``) and PostgreSQL (the claim function of its migrations)
+state the same rules in their own language, with the same tags; the shared
+conformance suite proves all of them alike.
 
 What a store keeps of a run, :class:`~leasecron.stores.records.Record`, and
 the token maker live in :mod:`leasecron.stores.records`; they are importable

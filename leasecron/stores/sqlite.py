@@ -20,11 +20,13 @@ Many processes on one host share one database file safely:
   of the host is gone with it).
 
 The clock is the host's wall clock, shared by all its processes. Operations
-take a connection from a small pool of idle ones; a forked child opens its own. The schema is created on
-first use and stamped with a version in ``<table>_meta`` for later
-migrations; a store opened with ``create=False`` creates nothing (no file,
-no table, no switch to WAL) and fails, naming what is missing, on a
-database that lacks them. The rules themselves are :mod:`leasecron.stores.rules`.
+take a connection from a small pool of idle ones; a forked child opens its
+own. The schema is created on first use by the migrations
+(``stores/sql/sqlite/NNNN_*.sql``, see :mod:`leasecron.stores.migrations`)
+and stamped with its version in ``<table>_meta``; a store opened with
+``create=False`` creates nothing (no file, no table, no switch to WAL) and
+fails, naming what is missing, on a database that lacks them. The rules
+themselves are :mod:`leasecron.stores.rules`.
 """
 
 from __future__ import annotations
@@ -35,18 +37,20 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
+from .migrations import check_version, latest_version, migrate
 from .queries import check_identifier, load_queries
-from .rules import Record, Table, TableStore, read_record
+from .rules import Table, TableStore
+from .sqlite_table import SQLiteTable
 from .urls import masked_url
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
-#: The schema version this release writes and reads.
-SCHEMA_VERSION = 1
+#: The schema version this release writes and reads: the number of its last migration.
+SCHEMA_VERSION = latest_version("sqlite")
 
 #: A writer that finds another process holding the write lock retries after
 #: this pause, doubled after each try up to ``BUSY_PAUSE_MAX_S``.
@@ -58,57 +62,6 @@ MAX_IDLE_CONNECTIONS = 8
 
 #: Why a store did not create what is missing.
 _NOT_CREATED = "(a store with create=False creates nothing)"
-#: The tables of ``names`` (the runs table and its ``_meta``) the database holds, in any case.
-_TABLES_FOUND = "SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND lower(name) IN (lower(?), lower(?))"
-
-
-def _record(row: sqlite3.Row) -> Record:
-    data = dict(row)
-    return read_record(data["job"], data["slot_ms"], data)  # StoreError if it was tampered with
-
-
-class _SQLiteTable(Table):
-    def __init__(self, conn: sqlite3.Connection, queries: Dict[str, str]) -> None:
-        self._conn = conn
-        self._q = queries
-
-    def _all(self, name: str, **params: Any) -> List[Record]:
-        return [_record(row) for row in self._conn.execute(self._q[name], params)]
-
-    def _one(self, name: str, **params: Any) -> Optional[Record]:
-        row = self._conn.execute(self._q[name], params).fetchone()
-        return None if row is None else _record(row)
-
-    def get(self, job: str, slot_ms: int) -> Optional[Record]:
-        return self._one("get", job=job, slot_ms=slot_ms)
-
-    def newest(self, job: str) -> Optional[Record]:
-        return self._one("newest", job=job)
-
-    def running(self, job: str) -> List[Record]:
-        return self._all("running", job=job)
-
-    def live_before(self, job: str, before_ms: int, now_ms: int) -> Optional[Record]:
-        return self._one("live_before", job=job, before_ms=before_ms, now_ms=now_ms)
-
-    def interrupt_expired(self, job: str, before_ms: int, now_ms: int, why: str) -> None:
-        params = {"job": job, "before_ms": before_ms, "now_ms": now_ms, "why": why}
-        self._conn.execute(self._q["interrupt_expired"], params)
-
-    def latest(self, job: str, limit: int) -> List[Record]:
-        return self._all("latest", job=job, limit=limit)
-
-    def jobs(self) -> List[str]:
-        return [row[0] for row in self._conn.execute(self._q["jobs"])]
-
-    def insert(self, record: Record) -> None:
-        self._conn.execute(self._q["insert"], vars(record))
-
-    def update(self, record: Record) -> None:
-        self._conn.execute(self._q["update"], vars(record))
-
-    def prune(self, job: str, keep: int, horizon_ms: int) -> None:
-        self._conn.execute(self._q["prune"], {"job": job, "keep": keep, "horizon_ms": horizon_ms})
 
 
 class SQLiteStore(TableStore):
@@ -280,9 +233,9 @@ class SQLiteStore(TableStore):
                     raise StoreError(f"SQLite database {self.path!r} cannot use WAL mode (got {mode!r})")
                 self._begin_immediate(conn, deadline)
                 try:
-                    for name in ("create_runs", "create_running_index", "create_meta"):
-                        conn.execute(self._q[name])
-                    if self._version(conn) is None:
+                    conn.execute(self._q["create_meta"])
+                    version = self._version(conn)
+                    if migrate("sqlite", version, lambda sql: _execute_script(conn, sql), table=self.table) > version:
                         conn.execute(self._q["set_version"], {"version": str(SCHEMA_VERSION)})
                     conn.execute("COMMIT")
                 except BaseException:
@@ -299,8 +252,9 @@ class SQLiteStore(TableStore):
             if self._schema_found:
                 return
             try:
-                found = {row[0] for row in conn.execute(_TABLES_FOUND, (self.table, f"{self.table}_meta"))}
-                for name in (self.table, f"{self.table}_meta"):
+                names = {"runs": self.table, "meta": f"{self.table}_meta"}
+                found = {row[0] for row in conn.execute(self._q["tables_found"], names)}
+                for name in names.values():
                     if name.lower() not in found:
                         raise StoreError(f"SQLite table {name!r} does not exist in {self.path!r} {_NOT_CREATED}")
                 self._version(conn)
@@ -308,17 +262,12 @@ class SQLiteStore(TableStore):
                 raise _store_error(exc, f"cannot read the schema of {self.path!r}") from exc
             self._schema_found = True
 
-    def _version(self, conn: sqlite3.Connection) -> Optional[int]:
-        """The schema version stamped in the database (None: none yet); StoreError if it is newer
+    def _version(self, conn: sqlite3.Connection) -> int:
+        """The schema version stamped in the database (0: none yet); StoreError if it is newer
         than this release's."""
         row = conn.execute(self._q["get_version"]).fetchone()
-        version = int(row[0]) if row else None
-        if version is not None and version > SCHEMA_VERSION:
-            raise StoreError(
-                f"SQLite table {self.table!r} in {self.path!r} has schema version {version},"
-                f" newer than this leasecron knows ({SCHEMA_VERSION}): upgrade leasecron"
-            )
-        return version
+        where = f"SQLite table {self.table!r} in {self.path!r}"
+        return check_version("sqlite", int(row[0]) if row else 0, where)
 
     def _enable_wal(self, conn: sqlite3.Connection, deadline: float) -> str:
         # SQLite answers a switch to WAL that races another connection's
@@ -346,7 +295,7 @@ class SQLiteStore(TableStore):
             try:
                 self._begin_immediate(conn, deadline)
                 try:
-                    yield _SQLiteTable(conn, self._q), self.now_ms()
+                    yield SQLiteTable(conn, self._q), self.now_ms()
                     conn.execute("COMMIT")
                 except BaseException as exc:
                     if conn.in_transaction:
@@ -391,7 +340,7 @@ class SQLiteStore(TableStore):
     def _read(self) -> Iterator[Table]:
         with self._using() as conn:
             try:
-                yield _SQLiteTable(conn, self._q)
+                yield SQLiteTable(conn, self._q)
             except sqlite3.Error as exc:
                 raise _store_error(exc, "read failed") from exc
 
@@ -407,6 +356,19 @@ class SQLiteStore(TableStore):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, table={self.table!r})"
+
+
+def _execute_script(conn: sqlite3.Connection, script: str) -> None:
+    """Execute the statements of ``script`` one by one, in the transaction ``conn`` is in
+    (``executescript`` would commit it first)."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            conn.execute(statement)
+            statement = ""
+    if statement.strip():
+        conn.execute(statement)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

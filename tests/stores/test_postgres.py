@@ -24,15 +24,19 @@ import pytest
 
 import leasecron
 from leasecron import ConfigError, StoreError, StoreUnavailable
-from leasecron.stores.postgres import CONNECT_DEFAULTS, SCHEMA_VERSION, PostgresStore
+from leasecron.stores.migrations import migrations
+from leasecron.stores.pg_connections import CONNECT_DEFAULTS
+from leasecron.stores.postgres import SCHEMA_VERSION, PostgresStore
+from leasecron.stores.templates import render, without_comments
 from tests import pg_servers, servers
 from tests.conftest import SERVERS
 from tests.helpers import race_in_processes, wait_for
 
 JOB = "job"
 TABLE = "leasecron_runs"
-#: Functions the schema must have (the SQL may add helpers of its own).
-FUNCTIONS = {f"{TABLE}_{name}" for name in ("now", "claim", "heartbeat", "finish", "release")}
+#: Functions the schema must have (the SQL may add helpers of its own): this release's claim, and
+#: version 1's (0.1's), which instances of 0.1 call.
+FUNCTIONS = {f"{TABLE}_{name}" for name in ("now", "claim", "claim_v2", "heartbeat", "finish", "release")}
 
 
 def _unique(prefix: str) -> str:
@@ -475,32 +479,44 @@ def test_a_schema_stamped_by_a_newer_version_is_refused_with_upgrade_advice(sche
     assert _meta(schema) == [("schema_version", "99")]
 
 
-def test_a_version_1_schema_gets_the_claim_function_of_version_2_and_keeps_its_runs(schema: str) -> None:
-    """A schema stamped version 1 (its claim function stands for version 1's: same signature, no
-    retry rule) is migrated by the next store that opens it: the claim function is replaced, not
-    overloaded, the runs stay, the retry of a won claim is told won, and the stamp is 2."""
-    with PostgresStore(_base_url(), schema=schema) as store:
-        run = _win(store)
-    _query(
-        f"CREATE OR REPLACE FUNCTION {schema}.{TABLE}_claim("
-        " p_job text, p_slot bigint, p_token text, p_runner text, p_reason text, p_lease bigint,"
-        " p_max_attempts bigint, p_max_late bigint, p_overlap text, p_keep bigint"
-        f") RETURNS TABLE (outcome text, run {schema}.{TABLE}) LANGUAGE plpgsql AS $$"
-        " BEGIN RAISE EXCEPTION 'the claim of version 1'; END $$"
+def test_a_version_1_schema_of_0_1_migrates_and_claims_by_this_releases_rules(schema: str) -> None:
+    """A schema as leasecron 0.1 left it (migration 1, 0.1's functions, stamped version 1, a run its
+    claim function won) is migrated by the next store that opens it: migration 2 adds the claim
+    function of this release, {table}_claim_v2, beside 0.1's, which stays as it was (instances of 0.1
+    still call it); the run stays, the retry of the claim that won it is told won (rule 2, which 0.1's
+    function lacks) and the stamp is 2."""
+    first = migrations("postgres")[0]
+    assert first.version == 1
+    _query(f"CREATE SCHEMA {schema}")
+    _query(render(without_comments(first.text), schema=schema, table=TABLE))
+    _query(f"CREATE TABLE {schema}.{TABLE}_meta (key text PRIMARY KEY, value text NOT NULL)")
+    _query(f"INSERT INTO {schema}.{TABLE}_meta VALUES ('schema_version', '1')")
+    ((now,),) = _query(f"SELECT {schema}.{TABLE}_now()")
+    slot = now - 1_000
+    claimed = _query(
+        f"SELECT c.outcome, (c.run).token FROM {schema}.{TABLE}_claim(%s, %s, 'tok-0.1', 'r1', 'schedule',"
+        " 30000, 3, 30000, 'skip', 100) c",
+        (JOB, slot),
     )
-    _query(f"UPDATE {schema}.{TABLE}_meta SET value = '1' WHERE key = 'schema_version'")
+    assert claimed == [("won", "tok-0.1")]
+    old_claim = _query(f"SELECT prosrc FROM pg_proc WHERE oid = '{schema}.{TABLE}_claim'::regproc")
+
     with PostgresStore(_base_url(), schema=schema) as store:
-        assert store.get_run(JOB, run.slot_ms) == run
-        retry = store.claim(JOB, run.slot_ms, runner=run.runner, token=run.token)
+        run = store.get_run(JOB, slot)
+        assert run is not None and (run.attempt, run.token, run.runner) == (1, "tok-0.1", "r1")
+        retry = store.claim(JOB, slot, runner="r1", token="tok-0.1")
         assert retry.outcome == "won" and retry.run is not None
-        assert (retry.run.attempt, retry.run.token) == (1, run.token)
+        assert (retry.run.attempt, retry.run.token) == (1, "tok-0.1")
+        assert store.claim(JOB, slot, runner="r2").outcome == "running"
+        assert store.finish(JOB, slot, "tok-0.1", "success")
     assert _meta(schema) == [("schema_version", "2")]
-    claims = _query(
-        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = %s AND p.proname = %s",
-        (schema, f"{TABLE}_claim"),
+    functions = _query(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname LIKE %s ORDER BY p.proname",
+        (schema, f"{TABLE}_claim%"),
     )
-    assert claims == [(1,)]
+    assert functions == [(f"{TABLE}_claim",), (f"{TABLE}_claim_v2",)]
+    assert _query(f"SELECT prosrc FROM pg_proc WHERE oid = '{schema}.{TABLE}_claim'::regproc") == old_claim
 
 
 def _open_and_claim(url: str, job: str, barrier: Any, results: Any) -> None:

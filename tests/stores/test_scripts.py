@@ -1,5 +1,6 @@
-"""The stores' SQL and Lua, read as text: the numbers of the protocol come from Python, rendered
-in; every rule of the store contract is tagged, by its number, in each implementation of it.
+"""The stores' SQL and Lua, read as text: the migrations are numbered, frozen once released and
+name their functions by their number; the numbers of the protocol come from Python, rendered in;
+every rule of the store contract is tagged, by its number, in each implementation of it.
 
 What the scripts do is proved by the conformance suite against the real servers; this module
 keeps their structure, which no server checks.
@@ -7,6 +8,7 @@ keeps their structure, which no server checks.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Dict, List
@@ -15,7 +17,8 @@ import pytest
 
 from leasecron import Store
 from leasecron.runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS
-from leasecron.stores import templates
+from leasecron.stores import postgres, sqlite, templates
+from leasecron.stores.migrations import Migration, latest_version, migrations
 from leasecron.stores.queries import load_queries
 from leasecron.stores.redis import _load_scripts
 from leasecron.stores.templates import render, without_comments
@@ -23,19 +26,75 @@ from leasecron.stores.templates import render, without_comments
 STORES = Path(__file__).resolve().parents[2] / "leasecron" / "stores"
 DIALECTS = ["postgres", "sqlite"]
 
+#: The sha256 of each released migration file. A migration is never edited once released: a change
+#: of the schema is a migration of its own (a new file), so this list only grows.
+RELEASED = {
+    "postgres/0001_runs.sql": "41792e70a7bf67dd7d0097662587c6ca39efdc5631023ed7bed6318e9bf108a1",
+    "postgres/0002_claim_token.sql": "9bad8e895b19c44472ba9bf7cd46511b69d5fdfd44d12f1c6d2c61a5f639c87d",
+    "sqlite/0001_runs.sql": "8cf1f087e58e79997e44e7bfd757f2a7f26be60982478cdd68ac2e2ca53c17a7",
+}
+
 _PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+_FUNCTION = re.compile(r"CREATE (OR REPLACE )?FUNCTION \{schema\}\.\{table\}_(\w+)\(")
+
+
+def _rendered(migration: Migration) -> str:
+    return render(without_comments(migration.text), schema="s", table="t")
+
+
+# -- migrations ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_migrations_are_numbered_from_1_without_a_gap_and_the_last_is_the_schema_version(dialect: str) -> None:
+    """``sql/<dialect>/NNNN_*.sql`` are numbered 1, 2, ...; the store writes the number of the last."""
+    found = migrations(dialect)
+    assert [m.version for m in found] == list(range(1, len(found) + 1))
+    assert [m.name[:4] for m in found] == [f"{m.version:04d}" for m in found]
+    store_module = {"postgres": postgres, "sqlite": sqlite}[dialect]
+    assert store_module.SCHEMA_VERSION == latest_version(dialect) == found[-1].version
+
+
+def test_released_migrations_are_never_edited() -> None:
+    """Each released migration file is as it was released (its sha256 is recorded here)."""
+    files = {f"{p.parent.name}/{p.name}": p for d in DIALECTS for p in (STORES / "sql" / d).glob("[0-9]*.sql")}
+    assert set(RELEASED) <= set(files)
+    hashes = {name: hashlib.sha256(files[name].read_bytes()).hexdigest() for name in RELEASED}
+    assert hashes == RELEASED
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_function_carries_the_number_of_the_migration_that_created_it(dialect: str) -> None:
+    """No migration replaces a function in place; a function of migration N > 1 is named
+    ``<table>_<name>_vN``, and migration 1's (0.1's) carry no number."""
+    for migration in migrations(dialect):
+        for replace, name in _FUNCTION.findall(migration.text):
+            assert not replace, f"{migration.name} replaces {name} in place"
+            number = re.search(r"_v(\d+)$", name)
+            if migration.version == 1:
+                assert number is None, f"{migration.name}: {name}"
+            else:
+                assert number is not None and int(number.group(1)) == migration.version, f"{migration.name}: {name}"
+
+
+def test_this_releases_claim_calls_the_claim_function_of_the_latest_migration_that_made_one() -> None:
+    """The claim query calls ``<table>_claim_v2``, the claim function of migration 2."""
+    assert "t_claim_v2(" in load_queries("postgres", schema="s", table="t")["claim"]
+    assert "CREATE FUNCTION s.t_claim_v2(" in _rendered(migrations("postgres")[1])
 
 
 # -- the numbers of the protocol, rendered in ------------------------------------------------------
 
 
 def _scripts() -> Dict[str, str]:
-    """Every script a store runs, rendered and without its comment lines: the Lua scripts and the
-    named queries."""
+    """Every script a store runs, rendered and without its comment lines: the Lua scripts, the named
+    queries, the migrations."""
     texts = {f"lua/{name}": without_comments(script.source) for name, script in _load_scripts().items()}
     for dialect in DIALECTS:
         for name, sql in load_queries(dialect, schema="s", table="t").items():
-            texts[f"{dialect}.sql:{name}"] = sql
+            texts[f"{dialect}/queries.sql:{name}"] = sql
+        for migration in migrations(dialect):
+            texts[f"{dialect}/{migration.name}"] = _rendered(migration)
     return texts
 
 
@@ -45,18 +104,24 @@ def test_no_script_is_left_with_a_placeholder() -> None:
     assert {name: found for name, found in left.items() if found} == {}
 
 
-def test_the_tolerances_of_the_lua_scripts_are_the_python_constants(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Lua scripts state the 10 s tolerances as ``{LATE_TOLERANCE_MS}`` and
-    ``{EARLY_TOLERANCE_MS}``, filled in from leasecron.runs: changed there, they change in the scripts."""
+def test_the_tolerances_of_the_scripts_are_the_python_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Lua scripts and this release's claim function state the 10 s tolerances as
+    ``{LATE_TOLERANCE_MS}`` and ``{EARLY_TOLERANCE_MS}``, filled in from leasecron.runs: changed
+    there, they change in every script."""
     numbers = {"LATE_TOLERANCE_MS": LATE_TOLERANCE_MS, "EARLY_TOLERANCE_MS": EARLY_TOLERANCE_MS}
     assert templates.PROTOCOL_NUMBERS == numbers
     lua = _load_scripts()["claim"].source
+    claim_v2 = _rendered(migrations("postgres")[1])
     assert f"local LATE_TOLERANCE_MS = {LATE_TOLERANCE_MS}\n" in lua
+    assert f"p_max_late + {LATE_TOLERANCE_MS} THEN" in claim_v2
     monkeypatch.setitem(templates.PROTOCOL_NUMBERS, "LATE_TOLERANCE_MS", 12_345)
     monkeypatch.setitem(templates.PROTOCOL_NUMBERS, "EARLY_TOLERANCE_MS", 6_789)
     lua = _load_scripts()["claim"].source
+    claim_v2 = _rendered(migrations("postgres")[1])
     assert "local LATE_TOLERANCE_MS = 12345\n" in lua and "local EARLY_TOLERANCE_MS = 6789\n" in lua
-    assert str(LATE_TOLERANCE_MS) not in lua
+    assert "p_max_late + 12345 THEN" in claim_v2 and "p_slot > v_now + 6789 THEN" in claim_v2
+    assert "v_now - p_max_late - 12345" in claim_v2
+    assert str(LATE_TOLERANCE_MS) not in lua and str(LATE_TOLERANCE_MS) not in claim_v2
 
 
 def test_render_fills_the_names_it_knows_and_leaves_every_other_brace() -> None:
@@ -80,6 +145,7 @@ def _tags(*paths: str) -> List[int]:
     [
         ("Python (memory, SQLite)", ["rules.py"]),
         ("Lua (Redis, Valkey)", ["lua/claim.lua", "lua/heartbeat.lua", "lua/finish.lua", "lua/release.lua"]),
+        ("PL/pgSQL (PostgreSQL)", ["sql/postgres/0001_runs.sql", "sql/postgres/0002_claim_token.sql"]),
     ],
 )
 def test_every_rule_of_the_contract_is_tagged_in_each_implementation(implementation: str, paths: List[str]) -> None:

@@ -1,46 +1,9 @@
--- The PostgreSQL store's queries. Loaded by leasecron.stores.queries.
--- {schema} and {table} are checked to be plain identifiers; every value is a
--- %(name)s parameter. The lease rules themselves are the PL/pgSQL functions
--- of the migrations (migrate_<version>, run in order on a schema that lacks
--- them), so that each operation is one statement and one round trip:
--- a function runs in the statement's own transaction (the connection is in
--- autocommit mode), takes the job's advisory transaction lock first, and
--- only then reads the clock, so the order of the operations on a job and of
--- their clocks agree. (An advisory lock, unlike a row lock, writes nothing:
--- a claim that only reads commits without flushing the WAL.)
-
--- name: schema_exists
--- Takes: schema. Returns: one row if the schema exists.
-SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
-
--- name: reserved_words
--- Takes: names. Returns: those of the names PostgreSQL reserves (they cannot
--- be unquoted table or schema names).
-SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T') AND word = ANY(%(names)s);
-
--- name: create_schema
-CREATE SCHEMA {schema};
-
--- name: lock_schema
--- Takes: name. Serialises schema creation and migration across processes
--- (a transaction-level advisory lock: no privilege needed).
-SELECT pg_advisory_xact_lock(hashtext(%(name)s));
-
--- name: create_meta
-CREATE TABLE IF NOT EXISTS {schema}.{table}_meta (key text PRIMARY KEY, value text NOT NULL);
-
--- name: get_version
--- Returns: one row (value) once the schema is stamped.
-SELECT value FROM {schema}.{table}_meta WHERE key = 'schema_version';
-
--- name: set_version
--- Takes: version.
-INSERT INTO {schema}.{table}_meta (key, value) VALUES ('schema_version', %(version)s)
-ON CONFLICT (key) DO UPDATE SET value = excluded.value;
-
--- name: migrate_1
--- Version 1: the tables, their indexes and the functions of the operations
--- but the claim, which migrate_2 (run after this one on a new schema) creates.
+-- Migration 1 of the PostgreSQL store: version 1 of the schema, as
+-- leasecron 0.1 created it. Never edit a released migration: a change is a
+-- migration of its own. Run by leasecron.stores.migrations; comment lines
+-- are dropped before it runs, {schema} and {table} are checked identifiers.
+--
+-- Version 1: the tables, their indexes and the functions of the operations.
 --
 -- {table}: one row per run (job, slot). released: the current attempt's
 -- lease was released; handovers: how many attempts ended by a release.
@@ -96,64 +59,11 @@ LANGUAGE sql IMMUTABLE AS $$
         || '+00:00'
 $$;
 
--- Store.heartbeat: true if the lease was renewed.
-CREATE FUNCTION {schema}.{table}_heartbeat(p_job text, p_slot bigint, p_token text, p_lease bigint)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {schema}.{table}_lock(p_job);
-    UPDATE {schema}.{table} r SET lease_end_ms = {schema}.{table}_now() + p_lease
-    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
-      AND r.status = 'running' AND NOT r.released;
-    RETURN FOUND;
-END
-$$;
-
--- Store.finish: true if the run was finished.
-CREATE FUNCTION {schema}.{table}_finish(
-    p_job text, p_slot bigint, p_token text, p_status text, p_error text
-) RETURNS boolean
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {schema}.{table}_lock(p_job);
-    UPDATE {schema}.{table} r
-    SET status = p_status, error = p_error, finished_ms = {schema}.{table}_now()
-    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token AND r.status = 'running';
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    UPDATE {schema}.{table}_jobs j SET finished = j.finished + 1 WHERE j.job = p_job;
-    RETURN true;
-END
-$$;
-
--- Store.release: true if the run was released.
-CREATE FUNCTION {schema}.{table}_release(p_job text, p_slot bigint, p_token text)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {schema}.{table}_lock(p_job);
-    UPDATE {schema}.{table} r
-    SET lease_end_ms = {schema}.{table}_now(), released = true, handovers = r.handovers + 1
-    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
-      AND r.status = 'running' AND NOT r.released;
-    RETURN FOUND;
-END
-$$;
-
--- name: migrate_2
--- Version 2: a claim may be retried with the token of its first try. Creates
--- or replaces the claim function (version 1 had one without the retry rule;
--- the signature is the same, so instances still running the previous release
--- call the new one, and never give it a token any attempt had).
+-- Store.claim of version 1 (0.1), without rule 2: instances of 0.1 call it;
+-- this release calls {table}_claim_v2 of migration 2.
 -- Store.claim. Returns one row: the outcome, and the run it is about (NULL
--- for none, early, and late by the clock). p_token is the token of an
--- attempt the claim wins; a claim whose run's current attempt holds p_token
--- and p_runner, not released, is the retry of the claim that won it (its
--- answer was lost): it wins that attempt again, with a renewed lease. A next
--- attempt never gets the token of the attempt it replaces: it gets a new
--- random one instead.
-CREATE OR REPLACE FUNCTION {schema}.{table}_claim(
+-- for none, early, and late by the clock).
+CREATE FUNCTION {schema}.{table}_claim(
     p_job text, p_slot bigint, p_token text, p_runner text, p_reason text,
     p_lease bigint, p_max_attempts bigint, p_max_late bigint, p_overlap text, p_keep bigint
 ) RETURNS TABLE (outcome text, run {schema}.{table})
@@ -175,13 +85,6 @@ BEGIN
             RETURN QUERY SELECT 'done'::text, v_run;
             RETURN;
         END IF;
-        IF v_run.token = p_token AND v_run.runner = p_runner AND NOT v_run.released THEN
-            UPDATE {schema}.{table} r SET lease_end_ms = v_now + p_lease
-            WHERE r.job = p_job AND r.slot_ms = p_slot
-            RETURNING * INTO v_run;
-            RETURN QUERY SELECT 'won'::text, v_run;
-            RETURN;
-        END IF;
         IF v_run.lease_end_ms > v_now THEN
             RETURN QUERY SELECT 'running'::text, v_run;
             RETURN;
@@ -200,9 +103,7 @@ BEGIN
             RETURN;
         END IF;
         UPDATE {schema}.{table} r
-        SET attempt = r.attempt + 1,
-            token = CASE WHEN r.token = p_token THEN replace(gen_random_uuid()::text, '-', '') ELSE p_token END,
-            runner = p_runner, lease_end_ms = v_now + p_lease,
+        SET attempt = r.attempt + 1, token = p_token, runner = p_runner, lease_end_ms = v_now + p_lease,
             released = false, reason = p_reason, started_ms = v_now
         WHERE r.job = p_job AND r.slot_ms = p_slot
         RETURNING * INTO v_run;
@@ -273,46 +174,47 @@ BEGIN
 END
 $$;
 
--- name: claim
--- Takes: the arguments of Store.claim and the new attempt's token.
--- Returns: one row, the outcome and the run's columns (NULL when no run).
-SELECT c.outcome, (c.run).*
-FROM {schema}.{table}_claim(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
-                             %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s) c;
+-- Store.heartbeat, rule 13: true if the lease was renewed.
+CREATE FUNCTION {schema}.{table}_heartbeat(p_job text, p_slot bigint, p_token text, p_lease bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.{table}_lock(p_job);
+    UPDATE {schema}.{table} r SET lease_end_ms = {schema}.{table}_now() + p_lease
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
+      AND r.status = 'running' AND NOT r.released;
+    RETURN FOUND;
+END
+$$;
 
--- name: heartbeat
--- Takes: job, slot_ms, token, lease_ms. Returns: one boolean.
-SELECT {schema}.{table}_heartbeat(%(job)s, %(slot_ms)s, %(token)s, %(lease_ms)s);
+-- Store.finish, rule 14: true if the run was finished.
+CREATE FUNCTION {schema}.{table}_finish(
+    p_job text, p_slot bigint, p_token text, p_status text, p_error text
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.{table}_lock(p_job);
+    UPDATE {schema}.{table} r
+    SET status = p_status, error = p_error, finished_ms = {schema}.{table}_now()
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token AND r.status = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.{table}_jobs j SET finished = j.finished + 1 WHERE j.job = p_job;
+    RETURN true;
+END
+$$;
 
--- name: finish
--- Takes: job, slot_ms, token, status, error. Returns: one boolean.
-SELECT {schema}.{table}_finish(%(job)s, %(slot_ms)s, %(token)s, %(status)s, %(error)s);
-
--- name: release
--- Takes: job, slot_ms, token. Returns: one boolean.
-SELECT {schema}.{table}_release(%(job)s, %(slot_ms)s, %(token)s);
-
--- name: now
--- Returns: the server's clock, epoch ms.
-SELECT {schema}.{table}_now();
-
--- name: durability
--- Returns: (name, setting) of the settings that decide whether a commit
--- survives a crash.
-SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit');
-
--- name: get
--- Takes: job, slot_ms. Returns: the run, or no row.
-SELECT * FROM {schema}.{table} WHERE job = %(job)s AND slot_ms = %(slot_ms)s;
-
--- name: unfinished
--- Takes: job. Returns: the running runs, oldest slot first.
-SELECT * FROM {schema}.{table} WHERE job = %(job)s AND status = 'running' ORDER BY slot_ms;
-
--- name: runs
--- Takes: job, limit. Returns: runs, newest slot first.
-SELECT * FROM {schema}.{table} WHERE job = %(job)s ORDER BY slot_ms DESC LIMIT %(limit)s;
-
--- name: jobs
--- Returns: the names of the jobs with stored runs, in code point order.
-SELECT job FROM {schema}.{table}_jobs ORDER BY job COLLATE "C";
+-- Store.release, rule 15: true if the run was released.
+CREATE FUNCTION {schema}.{table}_release(p_job text, p_slot bigint, p_token text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.{table}_lock(p_job);
+    UPDATE {schema}.{table} r
+    SET lease_end_ms = {schema}.{table}_now(), released = true, handovers = r.handovers + 1
+    WHERE r.job = p_job AND r.slot_ms = p_slot AND r.token = p_token
+      AND r.status = 'running' AND NOT r.released;
+    RETURN FOUND;
+END
+$$;

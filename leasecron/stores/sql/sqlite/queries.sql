@@ -2,31 +2,13 @@
 -- {table} is the runs table (checked to be a plain identifier); every value
 -- is a named parameter. The claim rules themselves are in
 -- leasecron/stores/rules.py; these are the reads and writes they need, run
--- inside one BEGIN IMMEDIATE transaction.
+-- inside one BEGIN IMMEDIATE transaction. The tables are created by the
+-- migrations beside this file (NNNN_*.sql).
 
--- name: create_runs
--- One row per run (job, slot). released: the current attempt's lease was
--- released; handovers: how many attempts ended by a release.
-CREATE TABLE IF NOT EXISTS {table} (
-    job          TEXT    NOT NULL,
-    slot_ms      INTEGER NOT NULL,
-    attempt      INTEGER NOT NULL,
-    token        TEXT    NOT NULL,
-    runner       TEXT    NOT NULL,
-    status       TEXT    NOT NULL,
-    lease_end_ms INTEGER NOT NULL,
-    released     INTEGER NOT NULL DEFAULT 0,
-    handovers    INTEGER NOT NULL DEFAULT 0,
-    reason       TEXT    NOT NULL,
-    error        TEXT,
-    started_ms   INTEGER NOT NULL,
-    finished_ms  INTEGER,
-    PRIMARY KEY (job, slot_ms)
-) WITHOUT ROWID;
-
--- name: create_running_index
--- Keeps the overlap check and unfinished() to the few running rows.
-CREATE INDEX IF NOT EXISTS {table}_running ON {table} (job, slot_ms) WHERE status = 'running';
+-- name: tables_found
+-- Takes: runs, meta (the runs table and its _meta). Returns: the names, in
+-- lower case, of those of the two tables the database holds, in any case.
+SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND lower(name) IN (lower(:runs), lower(:meta));
 
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS {table}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

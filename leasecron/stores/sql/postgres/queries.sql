@@ -1,0 +1,91 @@
+-- The PostgreSQL store's queries. Loaded by leasecron.stores.queries.
+-- {schema} and {table} are checked to be plain identifiers; every value is a
+-- %(name)s parameter. The lease rules themselves are the PL/pgSQL functions
+-- of the migrations (NNNN_*.sql beside this file, run in order on a schema
+-- stamped with an older version), so that each operation is one statement
+-- and one round trip: a function runs in the statement's own transaction
+-- (the connection is in autocommit mode), takes the job's advisory
+-- transaction lock first, and only then reads the clock, so the order of the
+-- operations on a job and of their clocks agree. (An advisory lock, unlike a
+-- row lock, writes nothing: a claim that only reads commits without flushing
+-- the WAL.)
+
+-- name: schema_exists
+-- Takes: schema. Returns: one row if the schema exists.
+SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
+
+-- name: reserved_words
+-- Takes: names. Returns: those of the names PostgreSQL reserves (they cannot
+-- be unquoted table or schema names).
+SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T') AND word = ANY(%(names)s);
+
+-- name: tables_found
+-- Takes: schema, names. Returns: those of the names that are tables of the
+-- schema (a store opened with create=False checks them).
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) AND c.relkind IN ('r', 'p');
+
+-- name: create_schema
+CREATE SCHEMA {schema};
+
+-- name: lock_schema
+-- Takes: name. Serialises schema creation and migration across processes
+-- (a transaction-level advisory lock: no privilege needed).
+SELECT pg_advisory_xact_lock(hashtext(%(name)s));
+
+-- name: create_meta
+CREATE TABLE IF NOT EXISTS {schema}.{table}_meta (key text PRIMARY KEY, value text NOT NULL);
+
+-- name: get_version
+-- Returns: one row (value) once the schema is stamped.
+SELECT value FROM {schema}.{table}_meta WHERE key = 'schema_version';
+
+-- name: set_version
+-- Takes: version.
+INSERT INTO {schema}.{table}_meta (key, value) VALUES ('schema_version', %(version)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: claim
+-- Takes: the fields of a ClaimRequest, the token a new random one where it
+-- has none. Returns: one row, the outcome and the run's columns (NULL when
+-- no run).
+SELECT c.outcome, (c.run).*
+FROM {schema}.{table}_claim_v2(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
+                                %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s) c;
+
+-- name: heartbeat
+-- Takes: job, slot_ms, token, lease_ms. Returns: one boolean (rule 13).
+SELECT {schema}.{table}_heartbeat(%(job)s, %(slot_ms)s, %(token)s, %(lease_ms)s);
+
+-- name: finish
+-- Takes: job, slot_ms, token, status, error. Returns: one boolean (rule 14).
+SELECT {schema}.{table}_finish(%(job)s, %(slot_ms)s, %(token)s, %(status)s, %(error)s);
+
+-- name: release
+-- Takes: job, slot_ms, token. Returns: one boolean (rule 15).
+SELECT {schema}.{table}_release(%(job)s, %(slot_ms)s, %(token)s);
+
+-- name: now
+-- Returns: the server's clock, epoch ms.
+SELECT {schema}.{table}_now();
+
+-- name: durability
+-- Returns: (name, setting) of the settings that decide whether a commit
+-- survives a crash.
+SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit');
+
+-- name: get
+-- Takes: job, slot_ms. Returns: the run, or no row.
+SELECT * FROM {schema}.{table} WHERE job = %(job)s AND slot_ms = %(slot_ms)s;
+
+-- name: unfinished
+-- Takes: job. Returns: the running runs, oldest slot first.
+SELECT * FROM {schema}.{table} WHERE job = %(job)s AND status = 'running' ORDER BY slot_ms;
+
+-- name: runs
+-- Takes: job, limit. Returns: runs, newest slot first.
+SELECT * FROM {schema}.{table} WHERE job = %(job)s ORDER BY slot_ms DESC LIMIT %(limit)s;
+
+-- name: jobs
+-- Returns: the names of the jobs with stored runs, in code point order.
+SELECT job FROM {schema}.{table}_jobs ORDER BY job COLLATE "C";
