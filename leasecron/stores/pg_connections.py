@@ -303,4 +303,3 @@ def with_defaults(dsn: str) -> str:
         defaults["tcp_user_timeout"] = TCP_USER_TIMEOUT_MS
     extra = {k: v for k, v in defaults.items() if k not in given}
     return str(extensions.make_dsn(dsn, **extra)) if extra else dsn
-

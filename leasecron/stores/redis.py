@@ -349,4 +349,3 @@ def _store_error(redis: Any, exc: Exception, doing: str) -> StoreError:
     if isinstance(exc, retryable):
         return StoreUnavailable(text)
     return StoreError(text)
-
