@@ -163,7 +163,9 @@ class LeaseCron:
         with self._lock:
             if self._engine is not None:
                 return
-            engine = self._engine = Engine(self.store, self.runner, self._emitter, self.clock, self._claim_threads)
+            engine = self._engine = Engine(
+                self.store, self.runner, self._emitter, self.clock, claim_threads=self._claim_threads
+            )
             jobs = list(self._jobs.values())
         atexit.register(self._at_exit)
         log.info("leasecron: starting runner %r: %d job(s) on %r", self.runner, len(jobs), self.store)

@@ -62,11 +62,12 @@ from .errors import ConfigError
 from .runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
 from .states import Outcome
 
-__all__ = ["Event", "EVENT_TYPES", "Emitter", "log", "slot_text", "SlotText", "ClaimText"]
+__all__ = ["Event", "EVENT_TYPES", "Emitter", "log", "error_text", "slot_text", "SlotText", "ClaimText"]
 
 log = logging.getLogger("leasecron")
 
 EVENT_TYPES = ("start", "success", "failed", "skip", "lost", "handover", "error")
+_MAX_ERROR_CHARS = 4_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +141,27 @@ class Emitter:
             except BaseException:  # noqa: BLE001 - SystemExit too: this is one of leasecron's threads
                 log.exception("leasecron: %s callback %r failed (ignored)", name, callback)
         return event
+
+    def emit_run(self, name: str, run: Run, *, reason: Optional[str] = None, error: Optional[str] = None) -> Event:
+        """Emit an event about ``run``: its job, slot and attempt."""
+        return self.emit(name, run.job, run.slot_ms, attempt=run.attempt, reason=reason, error=error, run=run)
+
+
+def error_text(exc: BaseException) -> str:
+    """The text of an error, as a failed run records it and an ``error`` event carries it:
+    the exception's type and message.
+
+    Text no store can keep is escaped (a lone surrogate, say from a file name
+    decoded with ``surrogateescape``, becomes ``\\udcff``), and a message that
+    cannot be built (``__str__`` raises) is shown as ``<unprintable>``, so the
+    run is still recorded as failed.
+    """
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - the type alone still says what failed
+        message = "<unprintable>"
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:_MAX_ERROR_CHARS]
 
 
 # -- how the log shows things -------------------------------------------------------------

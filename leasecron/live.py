@@ -1,78 +1,108 @@
 """A live run: the attempt this instance won, with its run thread and heartbeat loop.
 
-Both run on the engine's :class:`~leasecron.workers.Workers`, threads reused
-from run to run. The run thread calls the handler (:mod:`leasecron.handlers`:
-a coroutine runs in an event loop of its own) and then records the end:
-``finish(success)`` when it returned, ``finish(failed)`` when it raised,
-``release`` (a hand-over) when it raised after ``stop()`` aborted its signal.
+A live run is given what it needs of the instance that won it, and nothing
+more: a :class:`RunSupport` (the store, the timers that start its heartbeat
+loop and check its local deadline, the worker threads, a function that
+emits an event about it, the host's monotonic clock, and a callback told
+when it ended). It knows nothing of the engine that made it.
+
+Both threads are the instance's workers (:class:`~leasecron.workers.Workers`),
+reused from run to run. The run thread calls the handler
+(:mod:`leasecron.handlers`: a coroutine runs in an event loop of its own)
+and then records the end: ``finish(success)`` when it returned,
+``finish(failed)`` when it raised, ``release`` (a hand-over) when it raised
+after ``stop()`` aborted its signal.
 
 The heartbeat loop starts once the run has lasted ``heartbeat_ms`` (the
-scheduler thread starts it then, also while ``stop()`` waits for the
-handlers), so a run shorter than that needs one thread, not two. It renews
-the lease every ``heartbeat_ms``. It keeps a *local deadline*: the monotonic
-time the last successful renewal was sent, plus ``lease_ms``. The store's
-lease cannot end before it, so a runner that has not renewed by then may
-already have been replaced. The run is then *lost*, exactly as when a
-heartbeat is refused (fencing): the signal aborts with reason ``"lost"``,
-the ``lost`` event fires, and this instance never touches the run again. The
-scheduler thread also watches the deadline, so a store call that hangs
-cannot keep a runner from fencing itself.
+timers start it then, also while ``stop()`` waits for the handlers), so a
+run shorter than that needs one thread, not two. It renews the lease every
+``heartbeat_ms``, retrying a failed renewal (whatever the error) until the
+local deadline. The *local deadline* is the monotonic time the last
+successful renewal was sent, plus ``lease_ms``. The store's lease cannot
+end before it, so a runner that has not renewed by then may already have
+been replaced. The run is then *lost*, exactly as when a heartbeat is
+refused (fencing): the signal aborts with reason ``"lost"``, the ``lost``
+event fires, and this instance never touches the run again. The timers also
+check the local deadline when it comes, so a store call that hangs cannot
+keep a runner from fencing itself.
 
-States: ``running`` -> ``finishing`` -> ``ended``; ``running`` or
-``finishing`` -> ``lost``; ``running`` -> ``abandoned`` (the stop timeout
-passed while the handler still ran: no more heartbeats, a backup takes over
-when the lease runs out).
+States (:class:`~leasecron.states.LiveState`): ``running`` -> ``finishing``
+-> ``ended``; ``running`` or ``finishing`` -> ``lost``; ``running`` ->
+``abandoned`` (the stop timeout passed while the handler still ran: no more
+heartbeats, a backup takes over when the lease runs out).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
-import time
-from typing import TYPE_CHECKING, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 from .context import Context, Signal
 from .errors import Aborted
-from .events import SlotText, log
+from .events import SlotText, error_text, log
 from .handlers import call_handler
+from .jobs import Job
 from .retry import call_until
 from .runs import Run
 from .states import AbortReason, LiveState, LostCause, Status
+from .stores.base import Store
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
-    from .jobs import Job
-
-__all__ = ["LiveRun", "FENCED", "UNRENEWED"]
+__all__ = ["LiveRun", "RunSupport", "Timers", "Threads", "EmitRunEvent", "FENCED", "UNRENEWED"]
 
 #: The reasons of a ``lost`` event (:class:`~leasecron.states.LostCause`), under their 0.1 names.
 FENCED, UNRENEWED = LostCause.FENCED, LostCause.UNRENEWED
 #: The states in which the run is still this instance's to renew, finish or lose.
 _HOLDING = (LiveState.RUNNING, LiveState.FINISHING)
-_MAX_ERROR_CHARS = 4_000
 
 
-def error_text(exc: BaseException) -> str:
-    """The text a failed run records: the exception's type and message.
 
-    Text no store can keep is escaped (a lone surrogate, say from a file name
-    decoded with ``surrogateescape``, becomes ``\\udcff``), and a message that
-    cannot be built (``__str__`` raises) is shown as ``<unprintable>``, so the
-    run is still recorded as failed.
-    """
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001 - the type alone still says what failed
-        message = "<unprintable>"
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:_MAX_ERROR_CHARS]
+class Timers(Protocol):
+    """Calls a function at a time on the host's monotonic clock (the instance's scheduler does)."""
+
+    def call_at_monotonic(self, due_s: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` once the host's monotonic clock reaches ``due_s``."""
+
+
+class Threads(Protocol):
+    """Runs a task on a thread of its own (the instance's workers do)."""
+
+    def submit(self, name: str, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` in a thread named ``name``."""
+
+
+class EmitRunEvent(Protocol):
+    """Emits an event about a run (:meth:`leasecron.events.Emitter.emit_run`)."""
+
+    def __call__(self, name: str, run: Run, *, reason: Optional[str] = None, error: Optional[str] = None) -> object:
+        """Emit the event ``name`` about ``run``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSupport:
+    """What a live run needs of the instance that won it: one for all its live runs."""
+
+    #: Where the run is renewed, finished or released.
+    store: Store
+    #: Start the heartbeat loop, and check the local deadline, when their time comes.
+    timers: Timers
+    #: Run the handler and the heartbeat loop.
+    workers: Threads
+    #: Emit an event about the run.
+    emit: EmitRunEvent
+    #: The host's monotonic clock, in seconds: the local deadline and the heartbeats are on it.
+    monotonic: Callable[[], float]
+    #: Told when the run ended: no thread of the run touches the store any more.
+    ended: Callable[["LiveRun"], None]
 
 
 class LiveRun:
-    """One attempt this instance runs. Created by the scheduler when a claim is won."""
+    """One attempt this instance runs, made when a claim is won (sent at ``claim_sent``, on the
+    monotonic clock of ``support``: the local deadline counts from it)."""
 
-    def __init__(self, engine: "Engine", job: "Job", run: Run, claim_sent: float) -> None:
-        self.engine = engine
+    def __init__(self, support: RunSupport, job: Job, run: Run, claim_sent: float) -> None:
+        self._support = support
         self.job = job
         self.run = run
         self.signal = Signal()
@@ -89,14 +119,14 @@ class LiveRun:
         self.ended = threading.Event()
         #: How the log names this run: job, slot, attempt, runner.
         self._ids = (run.job, SlotText(run.slot_ms), run.attempt, run.runner)
-        self._began = time.monotonic()
+        self._began = support.monotonic()
         self._lease_s = job.options.lease_ms / 1000
         self._deadline = claim_sent + self._lease_s
         self._state = LiveState.RUNNING
         self._lock = threading.Lock()
         self._stop_beating = threading.Event()
         #: When the first heartbeat is due (monotonic); the loop starts then.
-        self._first_beat = time.monotonic() + job.options.heartbeat_ms / 1000
+        self._first_beat = support.monotonic() + job.options.heartbeat_ms / 1000
         self._beating = False  # the heartbeat loop was handed to a worker
         self._beat_done = threading.Event()
         self._name = f"{run.job}@{run.slot_ms}#{run.attempt}"
@@ -108,9 +138,9 @@ class LiveRun:
 
     def start(self) -> None:
         """Run the handler on a worker; the heartbeat loop follows after ``heartbeat_ms``."""
-        self._watch_deadline()
-        self.engine.call_at_monotonic(self._first_beat, self.start_beating)
-        self.engine.workers.submit(f"leasecron-run-{self._name}", self._execute)
+        self._plan_local_deadline_check()
+        self._support.timers.call_at_monotonic(self._first_beat, self.start_beating)
+        self._support.workers.submit(f"leasecron-run-{self._name}", self._execute)
 
     def start_beating(self) -> None:
         """Hand the heartbeat loop to a worker (once; not after the run stopped beating)."""
@@ -118,12 +148,12 @@ class LiveRun:
             if self._beating or self._stop_beating.is_set():
                 return
             self._beating = True
-        self.engine.workers.submit(f"leasecron-heartbeat-{self._name}", self._beat)
+        self._support.workers.submit(f"leasecron-heartbeat-{self._name}", self._beat)
 
     # -- the run thread --------------------------------------------------------
 
     def _execute(self) -> None:
-        self._began = time.monotonic()  # for the log: how long the handler took
+        self._began = self._support.monotonic()  # for the log: how long the handler took
         error: Optional[BaseException] = None
         try:
             call_handler(self.job.func, self.job.takes_context, self.context)
@@ -140,7 +170,7 @@ class LiveRun:
             if beating:
                 self._beat_done.wait(self._lease_s)
             self.ended.set()
-            self.engine.run_ended(self)
+            self._support.ended(self)
 
     def _conclude(self, error: Optional[BaseException]) -> None:
         with self._lock:
@@ -153,9 +183,9 @@ class LiveRun:
                 )
                 return
             self._state = LiveState.FINISHING
-        store, run = self.engine.store, self.run
+        store, run = self._support.store, self.run
         finish = functools.partial(store.finish, run.job, run.slot_ms, run.token)
-        took = time.monotonic() - self._began
+        took = self._support.monotonic() - self._began
         if error is not None and self.signal.reason == AbortReason.STOP:
             log.debug("leasecron: handing over job %r slot %s attempt %d runner %r: %s", *self._ids, error_text(error))
             done = self._record_end(lambda: store.release(run.job, run.slot_ms, run.token), "released")
@@ -190,7 +220,7 @@ class LiveRun:
                     *self._ids,
                     took,
                 )
-            self.engine.emit(event, run, error=text)
+            self._support.emit(event, run, error=text)
 
     def _record_end(self, call: Callable[[], bool], status: str) -> bool:
         """Finish or release; retried until the local deadline. False means the run is lost."""
@@ -209,7 +239,7 @@ class LiveRun:
             self.lose(LostCause.UNRENEWED, why)
             return False
         if tries > 1 and status in (Status.SUCCESS, Status.FAILED):  # an earlier try may have landed
-            stored = self.engine.store.get_run(self.run.job, self.run.slot_ms)
+            stored = self._support.store.get_run(self.run.job, self.run.slot_ms)
             if stored is not None and stored.token == self.run.token and stored.status == status:
                 return True
         self.lose(LostCause.FENCED, f"the store refused to record the end ({status}): another attempt holds the run")
@@ -224,12 +254,12 @@ class LiveRun:
             self._beat_done.set()
 
     def _beat_until_stopped(self) -> None:
-        store, run = self.engine.store, self.run
+        store, run, monotonic = self._support.store, self.run, self._support.monotonic
         lease_ms = self.job.options.lease_ms
-        wait_s = max(0.0, self._first_beat - time.monotonic())
+        wait_s = max(0.0, self._first_beat - monotonic())
         while not self._stop_beating.wait(wait_s):
             wait_s = self.job.options.heartbeat_ms / 1000
-            sent = time.monotonic()
+            sent = monotonic()
             try:
                 renewed = call_until(
                     lambda: store.heartbeat(run.job, run.slot_ms, run.token, lease_ms),
@@ -237,7 +267,7 @@ class LiveRun:
                     retry_on=(Exception,),
                 )
             except Exception as exc:  # noqa: BLE001 - judged by the deadline below
-                if time.monotonic() >= self._deadline:
+                if monotonic() >= self._deadline:
                     why = f"the lease could not be renewed for lease_ms ({lease_ms} ms): {error_text(exc)}"
                     self.lose(LostCause.UNRENEWED, why)
                     return
@@ -254,7 +284,7 @@ class LiveRun:
                     self._deadline = max(self._deadline, sent + self._lease_s)
                 line = "leasecron: heartbeat renewed job %r slot %s attempt %d runner %r: lease %d ms"
                 log.debug(line, *self._ids, lease_ms)
-                self._watch_deadline()
+                self._plan_local_deadline_check()
             elif self._state == LiveState.RUNNING:
                 self.lose(LostCause.FENCED, "heartbeat refused: the run has another token now")
                 return
@@ -267,7 +297,7 @@ class LiveRun:
         end that lease now rather than make a backup wait ``lease_ms`` for it."""
         run = self.run
         try:
-            released = self.engine.store.release(run.job, run.slot_ms, run.token)
+            released = self._support.store.release(run.job, run.slot_ms, run.token)
         except Exception as exc:  # noqa: BLE001 - the lease then runs out on its own
             line = "leasecron: stray renewal not released job %r slot %s attempt %d runner %r: %s"
             log.warning(line, *self._ids, exc)
@@ -279,12 +309,13 @@ class LiveRun:
             released,
         )
 
-    def _watch_deadline(self) -> None:
-        deadline = self._deadline
-        self.engine.call_at_monotonic(deadline, self._check_deadline)
+    def _plan_local_deadline_check(self) -> None:
+        """Have the timers check the local deadline when it comes (again after each renewal)."""
+        self._support.timers.call_at_monotonic(self._deadline, self._at_local_deadline)
 
-    def _check_deadline(self) -> None:
-        if time.monotonic() >= self._deadline and self._state in _HOLDING:
+    def _at_local_deadline(self) -> None:
+        """At the local deadline: lost, unless a renewal moved the deadline on meanwhile."""
+        if self._support.monotonic() >= self._deadline and self._state in _HOLDING:
             self.lose(LostCause.UNRENEWED, f"the lease was not renewed for lease_ms ({self.job.options.lease_ms} ms)")
 
     # -- transitions -----------------------------------------------------------------
@@ -299,7 +330,7 @@ class LiveRun:
         self._stop_beating.set()
         self.signal.abort(AbortReason.LOST)
         log.warning("leasecron: lost job %r slot %s attempt %d runner %r (%s): %s", *self._ids, cause, why)
-        self.engine.emit("lost", self.run, reason=cause, error=why)
+        self._support.emit("lost", self.run, reason=cause, error=why)
         return True
 
     def abandon(self) -> bool:

@@ -1,8 +1,13 @@
 """Retrying store calls, never past the time in which their answer matters.
 
 A heartbeat is retried until its local lease deadline; a scheduled claim
-until it would be late; a backup's check until its next check. Only
-:class:`~leasecron.StoreUnavailable` (a failure worth retrying) is retried.
+until it would be late; a backup's check until its next check; a run's
+finish or release until its local lease deadline; the start-up's read of a
+job's unfinished runs for two heartbeats. What is retried is the caller's
+choice (``retry_on``): by default only :class:`~leasecron.StoreUnavailable`,
+a failure worth retrying (a claim, a finish or a read that fails otherwise
+is reported at once); the heartbeat loop retries every ``Exception``, as its
+lease is judged by the deadline, whatever the error.
 
 Almost every call succeeds at once, so the first attempt is a plain call;
 tenacity (whose machinery costs tens of microseconds a call, more than a
@@ -43,8 +48,12 @@ def call_until(
     retry_on: Tuple[Type[BaseException], ...] = (StoreUnavailable,),
 ) -> T:
     """Call ``fn`` until it returns, retrying ``retry_on`` errors while the
-    monotonic clock (seconds) has not reached ``deadline``; the last error
-    is raised once it has.
+    monotonic clock (:func:`time.monotonic`, seconds) has not reached
+    ``deadline``; the last error is raised once it has.
+
+    The waits are real ones, on the real clock, also for an instance that a
+    test drives with a clock of its own (:class:`~leasecron.clock.StoreClock`):
+    such a test gives it a store that answers.
     """
     try:
         return fn()

@@ -17,6 +17,11 @@ store's clock is corrected (the store's clock stepped, and was read again):
   local deadline kept on the store's clock would move with a correction, and
   a runner cut off from its store would run on past its lease.
 
+Both kinds of time are read through the instance's
+:class:`~leasecron.clock.StoreClock`. :meth:`Scheduler.run_due` runs what is
+due at a given time in the caller's thread, as the thread does when it wakes:
+a test steps an instance with it instead of waiting on the wall clock.
+
 ``leasecron.scheduler`` used to hold :class:`~leasecron.LeaseCron` (now in
 :mod:`leasecron.cron`): ``from leasecron.scheduler import LeaseCron`` still
 works, with a :class:`DeprecationWarning`.
@@ -28,7 +33,6 @@ import heapq
 import importlib
 import itertools
 import threading
-import time
 import warnings
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -39,10 +43,16 @@ __all__ = ["Scheduler"]
 
 
 Entry = Tuple[float, int, Callable[..., Any], Tuple[Any, ...]]
+Call = Tuple[Callable[..., Any], Tuple[Any, ...]]
 
 
 class Scheduler:
-    """Two heaps of ``(due, fn)`` (store ms, monotonic s) served by one daemon thread."""
+    """Two heaps of ``(due, fn)`` (store ms, monotonic s), served by one daemon thread
+    (:meth:`start`) or, without it, step by step by the owner's calls to :meth:`run_due`.
+
+    ``clock`` gives both kinds of time (:meth:`StoreClock.now_ms`,
+    :meth:`StoreClock.monotonic`); ``on_error`` is told of a callback that raised.
+    """
 
     def __init__(self, clock: StoreClock, on_error: Callable[[BaseException], None]) -> None:
         self._clock = clock
@@ -69,7 +79,30 @@ class Scheduler:
 
     def call_later(self, delay_ms: float, fn: Callable[..., Any], *args: Any) -> None:
         """Call ``fn(*args)`` in the scheduler thread after ``delay_ms`` (on the monotonic clock)."""
-        self.call_at_monotonic(time.monotonic() + delay_ms / 1000, fn, *args)
+        self.call_at_monotonic(self._clock.monotonic() + delay_ms / 1000, fn, *args)
+
+    def run_due(self, now_ms: Optional[float] = None, mono_s: Optional[float] = None) -> int:
+        """Run, in the calling thread, every entry due at the store's time ``now_ms`` or at the
+        host's monotonic time ``mono_s`` (each by default the clock's now), the entries they
+        plan for that time included; return how many ran.
+
+        It is what the scheduler thread does each time it wakes, as one step: a test that
+        never starts the thread passes the time in (huey's ``loop(now=None)``) and sees what
+        is due then happen, without waiting. A callback that raises is logged and told
+        ``on_error``, as in the thread.
+        """
+        if now_ms is None:
+            now_ms = self._clock.now_ms()
+        if mono_s is None:
+            mono_s = self._clock.monotonic()
+        ran = 0
+        while True:
+            with self._cond:
+                due = None if self._stopped else self._pop_due(now_ms, mono_s)
+            if due is None:
+                return ran
+            self._call(*due)
+            ran += 1
 
     def _push(self, heap: List[Entry], due: float, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:
         with self._cond:
@@ -91,25 +124,31 @@ class Scheduler:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def _next(self) -> Optional[Tuple[Callable[..., Any], Tuple[Any, ...]]]:
+    def _pop_due(self, now_ms: float, mono_s: float) -> Optional[Call]:
+        """Pop the earliest entry due on the store's clock at ``now_ms`` or, when there is none,
+        on the monotonic clock at ``mono_s``; None when neither is due. The caller holds the lock."""
+        if self._store_heap and self._store_heap[0][0] <= now_ms:
+            _, _, fn, args = heapq.heappop(self._store_heap)
+            return fn, args
+        if self._mono_heap and self._mono_heap[0][0] <= mono_s:
+            _, _, fn, args = heapq.heappop(self._mono_heap)
+            return fn, args
+        return None
+
+    def _next(self) -> Optional[Call]:
         """Pop a due entry, or wait (the lock held by the caller) until one may be due; None when stopped."""
-        while True:
-            if self._stopped:
-                return None
+        while not self._stopped:
+            now_ms, mono_s = self._clock.now_ms(), self._clock.monotonic()
+            due = self._pop_due(now_ms, mono_s)
+            if due is not None:
+                return due
             waits = []
             if self._store_heap:
-                wait_s = (self._store_heap[0][0] - self._clock.now_ms()) / 1000
-                if wait_s <= 0:
-                    _, _, fn, args = heapq.heappop(self._store_heap)
-                    return fn, args
-                waits.append(wait_s)
+                waits.append((self._store_heap[0][0] - now_ms) / 1000)
             if self._mono_heap:
-                wait_s = self._mono_heap[0][0] - time.monotonic()
-                if wait_s <= 0:
-                    _, _, fn, args = heapq.heappop(self._mono_heap)
-                    return fn, args
-                waits.append(wait_s)
+                waits.append(self._mono_heap[0][0] - mono_s)
             self._cond.wait(min(waits) if waits else None)
+        return None
 
     def _loop(self) -> None:
         while True:
@@ -117,12 +156,14 @@ class Scheduler:
                 due = self._next()
             if due is None:
                 return
-            fn, args = due
-            try:
-                fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - reported, the thread lives on
-                log.exception("leasecron: scheduler task %r failed", fn)
-                self._on_error(exc)
+            self._call(*due)
+
+    def _call(self, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - reported, the thread lives on
+            log.exception("leasecron: scheduler task %r failed", fn)
+            self._on_error(exc)
 
 
 #: The names this module held before 0.2 and where they are now: imported on first use, as an
