@@ -83,22 +83,23 @@ class Scheduler:
 
     def run_due(self, now_ms: Optional[float] = None, mono_s: Optional[float] = None) -> int:
         """Run, in the calling thread, every entry due at the store's time ``now_ms`` or at the
-        host's monotonic time ``mono_s`` (each by default the clock's now), the entries they
-        plan for that time included; return how many ran.
+        host's monotonic time ``mono_s``, the entries they plan for that time included; return
+        how many ran.
 
         It is what the scheduler thread does each time it wakes, as one step: a test that
         never starts the thread passes the time in (huey's ``loop(now=None)``) and sees what
-        is due then happen, without waiting. A callback that raises is logged and told
-        ``on_error``, as in the thread.
+        is due then happen, without waiting. A time not given is read from the clock before
+        each entry, as the thread does (a callback may correct the estimate of the store's
+        clock: an entry it plans is then due by the corrected one). A callback that raises
+        is logged and told ``on_error``, as in the thread.
         """
-        if now_ms is None:
-            now_ms = self._clock.now_ms()
-        if mono_s is None:
-            mono_s = self._clock.monotonic()
         ran = 0
         while True:
             with self._cond:
-                due = None if self._stopped else self._pop_due(now_ms, mono_s)
+                if self._stopped:
+                    return ran
+                store_ms = self._clock.now_ms() if now_ms is None else now_ms
+                due = self._pop_due(store_ms, self._clock.monotonic() if mono_s is None else mono_s)
             if due is None:
                 return ran
             self._call(*due)

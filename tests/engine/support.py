@@ -21,8 +21,16 @@ from tests.helpers import wait_for
 
 #: The options of a fast test job: a short lease, frequent heartbeats, no jitter.
 FAST: Dict[str, Any] = dict(lease_ms=500, heartbeat_ms=100, jitter_ms=0)
+#: FAST's lease and heartbeat, in ms.
+LEASE, HEARTBEAT = FAST["lease_ms"], FAST["heartbeat_ms"]
+#: The slack a timing assertion allows on top of the bound the protocol documents, in ms: thread
+#: wake-ups and a store round trip on a loaded machine. The one margin of the engine tests (process
+#: tests, which also start interpreters, have their own).
+MARGIN = 150
 #: A schedule whose next slot is far away: runs come from catch-up and takeovers only.
 HOURLY = 3600
+#: HOURLY's interval, in ms.
+HOUR_MS = HOURLY * 1000
 #: catch_up_ms that always catches up the latest hourly slot.
 CATCH_UP_HOUR = 3_600_000 + 60_000
 #: max_late_ms for a test's own store claims of old slots (never refused as late).

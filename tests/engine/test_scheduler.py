@@ -1,6 +1,7 @@
-"""The scheduler thread's two kinds of time (leasecron/scheduler.py): an entry on the store's clock
-follows a correction of the estimate of that clock; an entry on the host's monotonic clock (a
-lease's local deadline, a delay) fires when it was meant to, whatever the correction."""
+"""The scheduler (leasecron/scheduler.py). Its thread's two kinds of time: an entry on the store's
+clock follows a correction of the estimate of that clock; an entry on the host's monotonic clock
+(a lease's local deadline, a delay) fires when it was meant to, whatever the correction. And its
+step, run_due(), which runs what is due at a time in the caller's thread."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from leasecron import MemoryStore
 from leasecron.clock import StoreClock
 from leasecron.scheduler import Scheduler
+from tests.engine.stepped import ManualTime, at
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -60,3 +62,61 @@ def test_a_monotonic_entry_ignores_a_correction_a_store_entry_follows_it(stepped
     # after the correction that is 1 s - offset + max(0, offset) on the host's clock
     expected = 1.0 - offset_ms / 1000 + max(0, offset_ms) / 1000
     assert expected - 0.05 <= fired["store"] - start <= expected + 0.3, (fired["store"] - start, expected)
+
+
+# -- stepped: run_due, in the calling thread, at a time passed in ------------------------------
+
+
+def _stepped_scheduler() -> "tuple[ManualTime, Scheduler, List[BaseException]]":
+    time_ = ManualTime(at(0))
+    clock = StoreClock(MemoryStore(clock=time_.store_ms), monotonic_ns=time_.monotonic_ns)
+    clock.sync()
+    errors: List[BaseException] = []
+    return time_, Scheduler(clock, errors.append), errors
+
+
+def test_run_due_runs_what_is_due_at_the_clocks_time_in_the_calling_thread() -> None:
+    """Without its thread, run_due() runs the entries due by the clock (both kinds of time), in
+    the calling thread, store-clock entries first; it returns how many ran."""
+    time_, scheduler, errors = _stepped_scheduler()
+    ran: List[str] = []
+    threads: List[threading.Thread] = []
+
+    def note(name: str) -> None:
+        ran.append(name)
+        threads.append(threading.current_thread())
+
+    scheduler.call_later(2_000, note, "later, 2 s")
+    scheduler.call_at_monotonic(0.5, note, "monotonic, 0.5 s")
+    scheduler.call_at(at(1), note, "store, 1 s")
+    assert scheduler.run_due() == 0 and ran == []
+    time_.advance(1_000)
+    assert scheduler.run_due() == 2
+    assert ran == ["store, 1 s", "monotonic, 0.5 s"] and set(threads) == {threading.current_thread()}
+    time_.advance(1_000)
+    assert scheduler.run_due() == 1 and ran[-1] == "later, 2 s"
+    assert errors == []
+
+
+def test_run_due_takes_the_times_given_and_runs_what_its_entries_plan_for_then() -> None:
+    """Times passed in override the clock's; an entry planned by another for a time already due
+    runs in the same step; a raising entry is reported and the step goes on; after stop(), nothing."""
+    _, scheduler, errors = _stepped_scheduler()
+    ran: List[str] = []
+
+    def plan_more() -> None:
+        ran.append("first")
+        scheduler.call_at(at(3), ran.append, "planned by the first")
+        scheduler.call_at(at(9), ran.append, "not due")
+
+    def fail() -> None:
+        raise RuntimeError("a task failed")
+
+    scheduler.call_at(at(4), plan_more)
+    scheduler.call_at_monotonic(4.0, fail)
+    scheduler.call_at_monotonic(5.0, ran.append, "after the failure")
+    assert scheduler.run_due(now_ms=at(5), mono_s=5.0) == 4
+    assert ran == ["first", "planned by the first", "after the failure"]
+    assert [str(e) for e in errors] == ["a task failed"]
+    scheduler.stop()
+    assert scheduler.run_due(now_ms=at(10), mono_s=10.0) == 0 and ran[-1] == "after the failure"

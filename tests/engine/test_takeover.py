@@ -1,17 +1,18 @@
-"""Backups and takeover of a dead runner (docs/leases.txt, "Backups", "How long a takeover
-takes", "Attempts and maxAttempts"). A dead runner is a store-level claim that never heartbeats."""
+"""Backups and takeover of a dead runner (docs/protocol.rst, "backup", "The life of a run": how
+long a takeover takes; rules 3-6). A dead runner is a store-level claim that never heartbeats.
+How max_attempts counts dead runners is a decision, stepped in test_stepped.py."""
 
 from __future__ import annotations
 
 import threading
 
-import pytest
-
 from leasecron import Context
 from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
-    FAST,
+    HEARTBEAT,
     HOURLY,
+    LEASE,
+    MARGIN,
     Calls,
     Recorder,
     dead_claim,
@@ -20,10 +21,6 @@ from tests.engine.support import (
     stored,
 )
 from tests.helpers import wait_for
-
-LEASE, HEARTBEAT = FAST["lease_ms"], FAST["heartbeat_ms"]
-#: Scheduling slack on top of the documented bound (thread wake-ups, a store round trip).
-MARGIN = 150
 
 
 def test_backup_takes_over_a_dead_run_within_lease_plus_two_heartbeats(make_cron: MakeCron) -> None:
@@ -86,32 +83,6 @@ def test_of_several_backups_exactly_one_wins_and_the_others_back_it_up(make_cron
     release_third.set()
     wait_for(lambda: stored(store, "job", dead.slot_ms).status == "success", 3)
     assert stored(store, "job", dead.slot_ms).attempt == 3
-
-
-@pytest.mark.parametrize("max_attempts, outcome", [(2, "interrupted"), (3, "taken over")])
-def test_max_attempts_counts_dead_runners(make_cron: MakeCron, max_attempts: int, outcome: str) -> None:
-    """max_attempts counts dead runners: used up, the run is interrupted and not started again."""
-    b = make_cron("b", max_attempts=max_attempts)
-    rec = Recorder(b)
-    calls = Calls()
-    b.add_job(handler(b.store, calls), HOURLY, name="job")
-    store = b.store
-    first = dead_claim(store, "job", latest_hourly_slot(store), 1, runner="dead-1")
-    wait_for(lambda: store.now_ms() > first.lease_end_ms, 2)
-    second = store.claim("job", first.slot_ms, runner="dead-2", reason="takeover", lease_ms=LEASE)
-    assert second.outcome == "won" and second.run is not None and second.run.attempt == 2
-    b.start()
-    if outcome == "interrupted":
-        run = wait_for(lambda: (r := stored(store, "job", first.slot_ms)).status != "running" and r, 3)
-        assert run.status == "interrupted" and run.attempt == 2 and "max_attempts" in (run.error or "")
-        assert run.finished_ms is not None and run.finished_ms >= second.run.lease_end_ms
-        threading.Event().wait(3 * HEARTBEAT / 1000)
-        assert rec.of("start") == [] and len(calls) == 0
-        assert stored(store, "job", first.slot_ms).status == "interrupted"
-    else:
-        start = rec.wait("start", timeout=3)
-        assert (start.attempt, start.reason) == (3, "takeover")
-        rec.wait("success")
 
 
 def test_a_released_run_is_taken_over_even_when_max_attempts_is_one(make_cron: MakeCron) -> None:

@@ -1,0 +1,288 @@
+"""The engine's decisions, stepped on a clock the test moves (tests/engine/stepped.py): catch-up
+on start, the skips (late, early, overlap), a backup's checks, and a stalled scheduler. Each runs
+in milliseconds, with no thread and no wall clock, and passes or fails the same way every time
+(the one random thing, a backup's delay of 1-2 heartbeats, is checked within its bounds).
+
+The protocol is docs/protocol.rst's ("Start-up: catch-up", "Late and early claims", the words
+"backup" and "hand-over"). Where the subject is timing itself (how soon a takeover comes after a
+lease ends, the jitter, threads and store round trips), the tests run real instances on every
+store instead: test_catch_up.py, test_takeover.py, test_overlap.py, test_clock.py.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import pytest
+
+from leasecron import MemoryStore
+from leasecron.runs import Claim
+from tests.engine.stepped import ManualTime, Stepped, at
+from tests.engine.support import CATCH_UP_HOUR, HEARTBEAT, HOURLY, dead_claim, stored
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class ClaimLog(MemoryStore):
+    """A memory store that notes every claim: (reason, slot_ms, the store's time)."""
+
+    def __init__(self, time: ManualTime) -> None:
+        super().__init__(clock=time.store_ms)
+        self.claims: List[Tuple[str, int, int]] = []
+
+    def claim(self, job: str, slot_ms: int, **kwargs: object) -> Claim:  # type: ignore[override]
+        self.claims.append((str(kwargs.get("reason")), slot_ms, self.now_ms()))
+        return super().claim(job, slot_ms, **kwargs)  # type: ignore[arg-type]
+
+    def takeovers(self, slot_ms: int) -> List[int]:
+        """When each takeover claim of ``slot_ms`` was made (store ms)."""
+        return [now for reason, slot, now in self.claims if reason == "takeover" and slot == slot_ms]
+
+
+def logged(start_ms: int) -> Tuple[Stepped, ClaimLog]:
+    """An instance whose store notes its claims."""
+    time = ManualTime(start_ms)
+    store = ClaimLog(time)
+    return Stepped(start_ms, time=time, store=store), store
+
+
+# -- catch-up on start -----------------------------------------------------------------------
+
+
+def test_an_expired_unfinished_run_that_is_still_the_latest_is_claimed_at_boot() -> None:
+    """Catch-up, unfinished runs: an expired run of the latest slot is claimed as the next attempt
+    in the boot step itself, not after a backup's first check."""
+    s = Stepped(at(1800))
+    dead = dead_claim(s.store, "job", at(0), 1)
+    s.time.advance(5)
+    s.boot(s.job(HOURLY, catch_up_ms=CATCH_UP_HOUR))
+    assert s.started() == [{"slot_ms": at(0), "attempt": 2, "reason": "takeover"}]
+    run = stored(s.store, "job", at(0))
+    assert (run.status, run.attempt, run.runner) == ("success", 2, "a") and run.token != dead.token
+    s.stop()
+
+
+def test_an_unfinished_run_with_a_live_lease_is_backed_up_and_taken_over_when_it_ends() -> None:
+    """Catch-up, unfinished runs: a run whose lease is alive is backed up, not claimed; a backup's
+    check takes it over within two heartbeats of the lease's end."""
+    s = Stepped(at(1800))
+    dead = dead_claim(s.store, "job", at(0), 800)
+    s.boot(s.job(HOURLY, catch_up_ms=CATCH_UP_HOUR))
+    s.advance_to(dead.lease_end_ms - 1)
+    assert s.started() == [] and stored(s.store, "job", at(0)).token == dead.token
+    s.advance(2 * HEARTBEAT + 1)
+    assert s.started() == [{"slot_ms": at(0), "attempt": 2, "reason": "takeover"}]
+    (start,) = s.of("start")
+    assert start.run is not None and dead.lease_end_ms <= start.run.started_ms <= dead.lease_end_ms + 2 * HEARTBEAT + 1
+    s.stop()
+
+
+@pytest.mark.parametrize("catch_up_ms", [CATCH_UP_HOUR, 0])
+def test_an_expired_unfinished_run_with_a_newer_slot_due_is_left_alone(catch_up_ms: int) -> None:
+    """Catch-up, unfinished runs: an expired run with a newer slot due is not claimed; with
+    catch-up the newer slot runs and interrupts it, without catch-up it stays as it is."""
+    s = Stepped(at(1800))
+    old = dead_claim(s.store, "job", at(-3600), 1)
+    s.time.advance(5)
+    s.boot(s.job(HOURLY, catch_up_ms=catch_up_ms))
+    s.advance(4 * HEARTBEAT)
+    after = stored(s.store, "job", old.slot_ms)
+    if catch_up_ms:
+        assert s.started() == [{"slot_ms": at(0), "attempt": 1, "reason": "catch-up"}]
+        assert (after.status, after.attempt, after.runner) == ("interrupted", 1, "dead")
+    else:
+        assert s.started() == []
+        assert (after.status, after.attempt, after.token) == ("running", 1, old.token)
+    s.stop()
+
+
+def test_catch_up_ms_zero_claims_no_missed_slot() -> None:
+    """With catch_up_ms=0 a starting instance claims nothing before the next slot."""
+    s = Stepped(at(1800))
+    s.boot(s.job(HOURLY, catch_up_ms=0))
+    s.advance(1_000)
+    assert s.events == [] and s.store.runs("job") == []
+    s.stop()
+
+
+@pytest.mark.parametrize("catch_up_ms, caught_up", [(1_199, False), (1_201, True)])
+def test_the_latest_slot_is_caught_up_only_if_due_less_than_catch_up_ms_ago(catch_up_ms: int, caught_up: bool) -> None:
+    """The latest slot, due 1.2 s before the start, is caught up when catch_up_ms is more than that."""
+    s = Stepped(at(1.2))
+    s.boot(s.job(2, catch_up_ms=catch_up_ms))
+    s.advance(700)  # the next slot, at(2), is not due yet
+    assert s.started() == ([{"slot_ms": at(0), "attempt": 1, "reason": "catch-up"}] if caught_up else [])
+    assert (s.store.get_run("job", at(0)) is not None) is caught_up
+    s.stop()
+
+
+def test_only_the_latest_missed_slot_is_caught_up() -> None:
+    """After slots went by with no instance running, only the latest of them is caught up; then
+    the schedule goes on."""
+    s = Stepped(at(0))
+    first = s.store.claim("job", at(0), runner="earlier", lease_ms=500)
+    assert first.run is not None and s.store.finish("job", at(0), first.run.token, "success")
+    s.time.advance(3_400)  # slots at(1), at(2), at(3) pass with nobody running
+    s.boot(s.job(1))  # catch_up_ms: the default, 300 s
+    assert s.started() == [{"slot_ms": at(3), "attempt": 1, "reason": "catch-up"}]
+    s.advance_to(at(4.1))
+    assert s.started()[1:] == [{"slot_ms": at(4), "attempt": 1, "reason": "schedule"}]
+    assert sorted(r.slot_ms for r in s.store.runs("job")) == [at(0), at(3), at(4)]
+    s.stop()
+
+
+# -- skipped claims ----------------------------------------------------------------------------
+
+
+def test_a_claim_refused_as_late_emits_skip_late_and_later_slots_run() -> None:
+    """A newer slot already has a run: the claim is late (skip, reason late), creates no run, and
+    the slot after that newer one runs as usual."""
+    s = Stepped(at(0.5))
+    s.boot(s.job(1, catch_up_ms=0))
+    s.advance_to(at(1.5))
+    newer = s.store.claim("job", at(3), runner="other", lease_ms=5_000)  # another instance, its clock ahead
+    assert newer.run is not None and s.store.finish("job", at(3), newer.run.token, "success")
+    s.advance_to(at(4.1))
+    assert [(e.reason, e.slot_ms, e.run.slot_ms if e.run else None) for e in s.of("skip")] == [("late", at(2), at(3))]
+    assert s.store.get_run("job", at(2)) is None
+    assert [e["slot_ms"] for e in s.started()] == [at(1), at(4)]
+    assert stored(s.store, "job", at(3)).runner == "other"
+    s.stop()
+
+
+def test_a_store_clock_stepping_back_gives_skip_early_and_the_slot_runs_when_due_on_it() -> None:
+    """The store's clock steps back 10.4 s: the next claim is early (skip, reason early), the clock
+    is read again, and the slot is claimed again when the store's clock reaches it."""
+    s = Stepped(at(0.5))
+    s.boot(s.job(1, catch_up_ms=0))
+    s.advance_to(at(1.5))
+    s.time.step_store(-10_400)
+    s.advance(600)  # at(2) on the old estimate of the store's clock
+    (skip,) = s.of("skip")
+    assert (skip.reason, skip.slot_ms, skip.run) == ("early", at(2), None)
+    assert abs(s.clock.now_ms() - s.store.now_ms()) <= 1  # read again
+    s.advance_to(at(2) - 1)
+    assert [e["slot_ms"] for e in s.started()] == [at(1)]
+    s.advance(1)
+    assert s.started()[1:] == [{"slot_ms": at(2), "attempt": 1, "reason": "schedule"}]
+    assert stored(s.store, "job", at(2)).started_ms == at(2)
+    s.advance_to(at(3.1))
+    assert [e["slot_ms"] for e in s.started()] == [at(1), at(2), at(3)]
+    assert [e.reason for e in s.of("skip")] == ["early"]
+    s.stop()
+
+
+def test_overlap_skips_the_next_slot_backs_up_both_and_takes_the_earlier_run_over() -> None:
+    """overlap="skip": the next slot, due while an earlier run holds its lease, is skipped
+    (reason overlap, with that run); both are backed up; the earlier run is taken over once its
+    lease ends; the skipped slot never runs."""
+    s, store = logged(at(0.5))
+    s.boot(s.job(1, catch_up_ms=0))
+    s.time.advance(100)
+    dead = dead_claim(store, "job", at(1), 1_700)  # the runner of at(1) dies; its lease outlives at(2)
+    s.advance_to(at(2.1))
+    (skip,) = s.of("skip")
+    assert (skip.reason, skip.slot_ms) == ("overlap", at(2))
+    assert skip.run is not None and (skip.run.slot_ms, skip.run.runner) == (at(1), "dead")
+    s.advance(4 * HEARTBEAT)
+    assert store.takeovers(at(2)) != []  # the skipped slot is backed up too
+    s.advance_to(dead.lease_end_ms + 2 * HEARTBEAT + 1)
+    assert s.started() == [{"slot_ms": at(1), "attempt": 2, "reason": "takeover"}]
+    s.advance_to(at(3.1))
+    assert [e["slot_ms"] for e in s.started()] == [at(1), at(3)]
+    assert s.store.get_run("job", at(2)) is None
+    s.stop()
+
+
+def test_a_dead_earlier_run_does_not_block_the_next_slot() -> None:
+    """A run the instance never saw, whose runner died, does not block the next slot: it starts,
+    and the dead run is interrupted (superseded), not retried; nothing is skipped."""
+    s = Stepped(at(0.5))
+    s.boot(s.job(1, catch_up_ms=0))
+    s.advance_to(at(1.2))
+    dead_claim(s.store, "job", at(1.5), 1)
+    s.advance_to(at(2.1))
+    assert s.started()[1:] == [{"slot_ms": at(2), "attempt": 1, "reason": "schedule"}]
+    old = stored(s.store, "job", at(1.5))
+    assert (old.status, old.attempt, old.runner) == ("interrupted", 1, "dead") and "superseded" in (old.error or "")
+    assert s.of("skip") == []
+    s.stop()
+
+
+# -- a backup's checks ---------------------------------------------------------------------------
+
+
+def test_a_backup_checks_every_one_to_two_heartbeats_while_the_run_lives_and_stops_when_it_ends() -> None:
+    """A backup's takeover claims come a uniform 1-2 heartbeats apart while the run is running
+    elsewhere; once it ended, one more check sees it done, and none follows."""
+    s, store = logged(at(1800))
+    dead = dead_claim(store, "job", at(0), 10_000)
+    s.boot(s.job(HOURLY, catch_up_ms=CATCH_UP_HOUR))
+    s.advance(2_000)
+    checks = store.takeovers(at(0))
+    gaps = [b - a for a, b in zip([at(1800)] + checks, checks)]
+    assert 2_000 // (2 * HEARTBEAT + 1) <= len(checks) <= 2_000 // HEARTBEAT, checks
+    assert all(HEARTBEAT <= gap <= 2 * HEARTBEAT + 1 for gap in gaps), gaps
+    assert store.finish("job", at(0), dead.token, "success")
+    s.advance(2 * HEARTBEAT + 1)
+    assert len(store.takeovers(at(0))) == len(checks) + 1
+    s.advance(1_000)
+    assert len(store.takeovers(at(0))) == len(checks) + 1 and s.started() == []
+    s.stop()
+
+
+def test_a_backup_of_a_slot_with_no_run_stops_once_a_claim_of_it_would_be_late() -> None:
+    """A skipped slot that nobody claimed is backed up (its checks answer none) until the store's
+    clock passes slot + max_late_ms + 10 s, and not after."""
+    s, store = logged(at(0.5))
+    s.boot(s.job(1, catch_up_ms=0, max_late_ms=0))
+    s.time.advance(100)
+    dead_claim(store, "job", at(1), 30_000)  # a long run: at(2) and the slots after it are skipped
+    s.advance_to(at(12) + 2 * HEARTBEAT + 1)
+    checks = store.takeovers(at(2))
+    assert checks[-2] <= at(12) < checks[-1], (checks[-2:], at(12))
+    s.advance(1_000)
+    assert store.takeovers(at(2)) == checks
+    assert s.store.get_run("job", at(2)) is None
+    s.stop()
+
+
+@pytest.mark.parametrize("max_attempts, taken_over", [(2, False), (3, True)])
+def test_max_attempts_counts_dead_runners(max_attempts: int, taken_over: bool) -> None:
+    """Two attempts ended by dead runners: with max_attempts=2 the backup's check interrupts the
+    run and nothing starts; with 3 the backup runs attempt 3."""
+    s = Stepped(at(1800))
+    first = dead_claim(s.store, "job", at(0), 1, runner="dead-1")
+    s.time.advance(5)
+    second = s.store.claim("job", at(0), runner="dead-2", reason="takeover", lease_ms=500)
+    assert second.run is not None and second.run.attempt == 2 and first.attempt == 1
+    s.boot(s.job(HOURLY, max_attempts=max_attempts))
+    s.advance(500 + 3 * HEARTBEAT)
+    run = stored(s.store, "job", at(0))
+    if taken_over:
+        assert s.started() == [{"slot_ms": at(0), "attempt": 3, "reason": "takeover"}]
+        assert (run.status, run.attempt) == ("success", 3)
+    else:
+        assert s.started() == []
+        assert (run.status, run.attempt) == ("interrupted", 2) and "max_attempts" in (run.error or "")
+        assert run.finished_ms is not None and run.finished_ms >= second.run.lease_end_ms
+    s.stop()
+
+
+# -- the scheduler ---------------------------------------------------------------------------------
+
+
+def test_a_stalled_scheduler_claims_the_overdue_slot_and_then_only_the_latest() -> None:
+    """The process stalled for five slots: the slot that was due is claimed, then only the latest
+    one (not every slot in between), and the schedule goes on from there."""
+    s = Stepped(at(0.5))
+    s.boot(s.job(1, catch_up_ms=0))
+    s.advance_to(at(1.1))
+    s.time.advance(5_000)  # nothing runs meanwhile: the scheduler thread stalled
+    s.scheduler.run_due()
+    assert [e["slot_ms"] for e in s.started()] == [at(1), at(2), at(6)]
+    s.advance_to(at(7.1))
+    assert [e["slot_ms"] for e in s.started()] == [at(1), at(2), at(6), at(7)]
+    assert [s.store.get_run("job", at(n)) for n in (3, 4, 5)] == [None, None, None]
+    assert s.of("skip") == []
+    s.stop()
