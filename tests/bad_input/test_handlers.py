@@ -36,14 +36,13 @@ from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
     CATCH_UP_HOUR,
     EVENT_TYPES,
+    HEARTBEAT,
     HOURLY,
     Calls,
     Recorder,
     handler,
     stored,
 )
-
-HEARTBEAT = 100  # ms (the FAST options of make_cron: lease 500 ms, heartbeat 100 ms)
 
 
 class Fatal(BaseException):

@@ -28,7 +28,10 @@ from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
     CATCH_UP_HOUR,
     FAST,
+    HEARTBEAT,
     HOURLY,
+    LEASE,
+    MARGIN,
     Calls,
     Recorder,
     dead_claim,
@@ -38,9 +41,6 @@ from tests.engine.support import (
 )
 from tests.helpers import wait_for
 
-LEASE, HEARTBEAT = FAST["lease_ms"], FAST["heartbeat_ms"]
-#: Scheduling slack on top of a documented bound (thread wake-ups, a store round trip).
-MARGIN = 150
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_AND_SQLITE = pytest.mark.parametrize("backend", ["memory", "sqlite"], indirect=True)
 

@@ -30,7 +30,7 @@ def cron() -> LeaseCron:
     c.stop(timeout=0)
 
 
-SPEC_DEFAULTS: Dict[str, Any] = dict(
+DOCUMENTED_DEFAULTS: Dict[str, Any] = dict(
     lease_ms=30_000,
     heartbeat_ms=5_000,
     max_attempts=3,
@@ -43,11 +43,11 @@ SPEC_DEFAULTS: Dict[str, Any] = dict(
 )
 
 
-def test_every_option_has_the_spec_default(cron: LeaseCron) -> None:
+def test_every_option_has_its_documented_default(cron: LeaseCron) -> None:
     """Each option left unset takes its documented default; stop_timeout_ms defaults to 10 000."""
     cron.add_job(noop, 60, name="j")
     options = cron.jobs["j"].options
-    for name, value in SPEC_DEFAULTS.items():
+    for name, value in DOCUMENTED_DEFAULTS.items():
         assert getattr(options, name) == value, name
     assert cron.stop_timeout_ms == 10_000
 

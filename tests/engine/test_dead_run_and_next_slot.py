@@ -1,5 +1,6 @@
-"""A dead run and the next slot (docs/leases.txt): the three orders of events, each driven
-deterministically by a store-level dead run of slot S and a 1 s interval (next slot S + 1 s)."""
+"""A dead run and the next slot (docs/protocol.rst, "Why a newer run wins over a dead older one"):
+the three orders of events, each driven by a store-level dead run of slot S and a 1 s interval
+(next slot S + 1 s), on every store and the real clock."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from typing import Dict
 
 from leasecron import Context, LeaseCron, Store
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import Calls, Recorder, dead_claim, handler, stored
-
-MARGIN = 150
+from tests.engine.support import MARGIN, Calls, Recorder, dead_claim, handler, stored
 
 
 def _started(cron: LeaseCron, rec: Recorder) -> int:

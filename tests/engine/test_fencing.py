@@ -1,5 +1,5 @@
-"""Fencing and lost leases (docs/leases.txt, "Fencing"; SPEC.md: a refused heartbeat, or a
-lease that could not be renewed for lease_ms, makes the run lost)."""
+"""Fencing and lost leases (docs/protocol.rst, "token" and rule 13; README, "Handlers"): a refused
+heartbeat, or a lease that could not be renewed for lease_ms, makes the run lost."""
 
 from __future__ import annotations
 
@@ -15,17 +15,15 @@ from tests.conftest import Backend, WriteBlocker
 from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
     CATCH_UP_HOUR,
-    FAST,
+    HEARTBEAT,
     HOURLY,
+    MARGIN,
     Calls,
     Recorder,
     handler,
     stored,
 )
 from tests.helpers import wait_for
-
-LEASE, HEARTBEAT = FAST["lease_ms"], FAST["heartbeat_ms"]
-MARGIN = 150
 
 
 @dataclasses.dataclass

@@ -1,5 +1,6 @@
-"""Process lifecycle (SPEC.md, stop / run_forever / exit hook / fork), in real subprocesses that
-share a store with the test (SQLite in tmp_path, and every other store several processes share)."""
+"""Process lifecycle (README, "Stopping, signals and forks": stop, run_forever, the exit hook, a
+fork), in real subprocesses that share a store with the test (SQLite in tmp_path, and every
+other store several processes share)."""
 
 from __future__ import annotations
 

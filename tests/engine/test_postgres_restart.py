@@ -1,7 +1,8 @@
 """PostgreSQL faults while a run is live, made for real: the server ends the store's sessions
 (``pg_terminate_backend``), crashes and restarts, or stays down for longer than the lease.
 
-The rules checked (SPEC.md, "the scheduler"; docs/leases.txt, "Fencing"):
+The rules checked (README, "Handlers" and "Guarantees and their limits"; docs/protocol.rst,
+"token" and the runner's writes, rules 13-15):
 
 * lost connections are not the run's end: no exception escapes the instance, the heartbeats
   go on on new connections, and the run is recorded by the runner that started it (attempt 1,

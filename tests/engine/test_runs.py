@@ -1,4 +1,4 @@
-"""Handlers and their outcome (SPEC.md, "The scheduler"): the Context, success, failure
+"""Handlers and their outcome (README, "Handlers" and "Events"): the Context, success, failure
 (never retried), and the events with their fields."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from tests.conftest import Backend
 from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
     CATCH_UP_HOUR,
+    HEARTBEAT,
     HOURLY,
+    LEASE,
     Calls,
     Recorder,
     handler,
@@ -23,8 +25,6 @@ from tests.engine.support import (
     stored,
 )
 from tests.helpers import wait_for
-
-LEASE, HEARTBEAT = 500, 100
 
 
 def test_handler_gets_the_context_of_its_run(make_cron: MakeCron) -> None:

@@ -1,5 +1,5 @@
-"""stop() and hand-over (docs/leases.txt, "Hand-over on stop()"; SPEC.md, stop): the three
-outcomes of a live run, idempotence, no more watching, and the context manager."""
+"""stop() and hand-over (docs/protocol.rst, "hand-over"; README, "Stopping, signals and forks"):
+the three outcomes of a live run, idempotence, no more backing up, and the context manager."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import (
     CATCH_UP_HOUR,
     FAST,
+    HEARTBEAT,
     HOURLY,
+    LEASE,
+    MARGIN,
     Calls,
     Recorder,
     dead_claim,
@@ -23,9 +26,6 @@ from tests.engine.support import (
     wait_store_time,
 )
 from tests.helpers import wait_for
-
-LEASE, HEARTBEAT = FAST["lease_ms"], FAST["heartbeat_ms"]
-MARGIN = 150
 
 
 def _throw_on_abort(ctx: Context) -> None:

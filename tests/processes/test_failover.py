@@ -33,7 +33,7 @@ pytestmark = pytest.mark.processes
 
 LEASE_MS = 600
 HEARTBEAT_MS = 100
-#: Room for process scheduling on a busy host, on top of the spec's bounds.
+#: Room for process scheduling on a busy host, on top of the protocol's bounds (docs/protocol.rst).
 MARGIN_MS = 300
 NAMES = ["p1", "p2", "p3"]
 
