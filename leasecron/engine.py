@@ -44,7 +44,7 @@ from .runs import LATE_TOLERANCE_MS, Claim, Run
 from .scheduler import Scheduler
 from .states import AbortReason, Outcome, Reason
 from .stores import Store
-from .stores.rules import new_token
+from .stores.records import new_token
 from .workers import Workers
 
 __all__ = ["Engine"]
