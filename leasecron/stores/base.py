@@ -39,6 +39,8 @@ from .checks import (
     check_token,
 )
 
+#: The limits and checks the engine and the options share with the stores live in ``checks``; they
+#: are importable from here too, as before.
 __all__ = ["ClaimRequest", "Store", "MAX_INT", "MAX_NAME_BYTES", "OVERLAP_MODES", "check_job_name", "check_text"]
 
 
