@@ -21,20 +21,19 @@ the store can be used, creating included.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
-import os
 import statistics
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from ..clock import StoreClock
 from ..errors import ConfigError
 from ..runs import Run
 from ..cron import LeaseCron
+from ..targets import load_cron
 from ..stores import Store, open_store
 from .tables import JobRow, format_table, job_dict, jobs_lines, runs_lines
 
@@ -261,53 +260,3 @@ def run_cron(cron: LeaseCron, label: str, log_level: str = "INFO") -> None:
     print(f"leasecron: running {label} ({cron!r}); SIGTERM or Ctrl-C stops it", file=sys.stderr, flush=True)
     cron.run_forever()
     print(f"leasecron: {label} stopped", file=sys.stderr, flush=True)
-
-
-def load_cron(target: str, what: str = "") -> LeaseCron:
-    """Import ``module:attr`` (the current directory first on ``sys.path``) and return its LeaseCron.
-
-    ``attr`` may be dotted, and may end in ``()`` to call a factory with no
-    arguments (``myapp:create_app()``). The object may be a
-    :class:`~leasecron.LeaseCron` or an application holding one in
-    ``extensions["leasecron"]`` (a Flask app with
-    :class:`~leasecron.contrib.flask.LeaseCronExtension`). Anything else
-    raises :class:`~leasecron.ConfigError` with one line saying what is wrong
-    (after ``what``, the option that named the target, if any).
-    """
-    what = f"{what}: " if what else ""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"{what}expected module:attr (for example myapp.tasks:cron), not {target!r}")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ConfigError(f"{what}cannot import {module_name!r}: no such module (searched from {cwd})") from None
-        raise
-    call = attr.endswith("()")
-    obj: Any = module
-    for part in (attr[:-2] if call else attr).split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"{what}module {module_name!r} has no attribute {attr!r}") from None
-    if call:
-        if not callable(obj):
-            raise ConfigError(f"{what}{target} calls {type(obj).__name__} {attr[:-2]!r}, which is not callable")
-        obj = obj()
-    extensions = getattr(obj, "extensions", None)
-    if not isinstance(obj, LeaseCron) and isinstance(extensions, dict):
-        if not isinstance(extensions.get("leasecron"), LeaseCron):
-            raise ConfigError(
-                f"{what}{target} is an app without leasecron: call LeaseCronExtension.init_app(app) on it"
-            )
-        obj = extensions["leasecron"]
-    if not isinstance(obj, LeaseCron):
-        raise ConfigError(
-            f"{what}{target} is a {type(obj).__name__}, not a leasecron.LeaseCron"
-            " (nor an app with leasecron.contrib.flask.LeaseCronExtension)"
-        )
-    return obj

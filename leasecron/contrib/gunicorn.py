@@ -66,16 +66,15 @@ are not supported.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import mmap
 import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from ..errors import ConfigError
 from ..cron import LeaseCron, instances
+from ..targets import check_target, load_cron
 
 __all__ = ["GunicornHooks", "hooks", "find_cron", "ABORT_STOP_S", "STOP_MARGIN_S", "LINGER_MAX_S"]
 
@@ -127,43 +126,11 @@ _GENERATIONS = _Generations()
 
 
 def find_cron(target: str) -> LeaseCron:
-    """Import ``"module:attr"`` and return the ``LeaseCron`` it names.
-
-    ``attr`` may be dotted. The object is a ``LeaseCron``, or a Flask app
-    whose ``extensions["leasecron"]`` is one. Raises
-    :class:`~leasecron.ConfigError` saying what was found instead.
-    """
-    module_name, attr = _split(target)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ConfigError(f"leasecron: cannot import {module_name!r} (from {target!r}): no such module") from None
-        raise
-    obj: object = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"leasecron: module {module_name!r} has no attribute {attr!r}") from None
-    if isinstance(obj, LeaseCron):
-        return obj
-    extensions = getattr(obj, "extensions", None)
-    if isinstance(extensions, dict) and isinstance(extensions.get("leasecron"), LeaseCron):
-        return extensions["leasecron"]  # type: ignore[no-any-return]
-    raise ConfigError(
-        f"leasecron: {target} is a {type(obj).__name__}: expected a leasecron.LeaseCron,"
-        ' or a Flask app whose extensions["leasecron"] is one'
-    )
-
-
-def _split(target: str) -> Tuple[str, str]:
-    if not isinstance(target, str):
-        raise ConfigError(f"leasecron: the cron's target must be a 'module:attr' string, not {target!r}")
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"leasecron: expected module:attr (for example 'app:cron'), not {target!r}")
-    return module_name, attr
+    """Import ``"module:attr"`` and return the ``LeaseCron`` it names (see
+    :func:`leasecron.targets.load_cron`: a ``LeaseCron``, or a Flask app whose
+    ``extensions["leasecron"]`` is one; ``attr`` may be dotted or call a factory).
+    Raises :class:`~leasecron.ConfigError` saying what was found instead."""
+    return load_cron(target, "leasecron")
 
 
 def _running_crons() -> List[LeaseCron]:
@@ -180,7 +147,7 @@ class GunicornHooks:
 
     def __init__(self, target: Union[str, LeaseCron]) -> None:
         if not isinstance(target, LeaseCron):
-            _split(target)  # a malformed target fails when gunicorn reads its conf
+            check_target(target, "leasecron")  # a malformed target fails when gunicorn reads its conf
         self.target = target
         self._cron: Optional[LeaseCron] = None
         self._generation = 0

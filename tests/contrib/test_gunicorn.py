@@ -500,9 +500,9 @@ def test_a_wrong_target_fails_with_what_was_found(module_dir: Path) -> None:
         find_cron("lcmod_missing_module:cron")
     with pytest.raises(ConfigError, match="has no attribute 'cron'"):
         find_cron(f"{name}:cron")
-    with pytest.raises(ConfigError, match=r"is a str: expected a leasecron.LeaseCron"):
+    with pytest.raises(ConfigError, match=r"^leasecron: .*:value is a str, not a leasecron.LeaseCron"):
         find_cron(f"{name}:value")
-    with pytest.raises(ConfigError, match=r"is a Flask: expected a leasecron.LeaseCron, or a Flask app whose"):
+    with pytest.raises(ConfigError, match=r":app is an app without leasecron: call LeaseCronExtension.init_app"):
         find_cron(f"{name}:app")
 
 
