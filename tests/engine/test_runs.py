@@ -192,9 +192,9 @@ class HeartbeatCount(DelegatingStore):
         super().__init__(inner)
         self.heartbeats = 0
 
-    def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
+    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         self.heartbeats += 1
-        return super().heartbeat(job, slot_ms, token, lease_ms)
+        return super()._heartbeat(job, slot_ms, token, lease_ms)
 
 
 def test_runs_reuse_a_worker_thread(make_cron: MakeCron) -> None:
