@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Optional, Tuple
 
 from .states import Outcome, Reason, Status
 
@@ -32,7 +32,10 @@ __all__ = [
     "SCHEDULE",
     "CATCH_UP",
     "TAKEOVER",
+    "MANUAL",
     "REASONS",
+    "Attempt",
+    "MAX_ATTEMPTS_KEPT",
     "WON",
     "OUTCOMES",
     "LATE_TOLERANCE_MS",
@@ -51,6 +54,7 @@ FINISH_STATUSES = (SUCCESS.value, FAILED.value)
 SCHEDULE = Reason.SCHEDULE
 CATCH_UP = Reason.CATCH_UP
 TAKEOVER = Reason.TAKEOVER
+MANUAL = Reason.MANUAL
 REASONS = Reason.values()
 
 WON = Outcome.WON
@@ -67,6 +71,35 @@ def slot_datetime(slot_ms: int) -> datetime:
     return datetime.fromtimestamp(slot_ms / 1000, tz=timezone.utc)
 
 
+#: How many attempts a store keeps of each run: the newest ones.
+MAX_ATTEMPTS_KEPT = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One try at executing a run, as the store recorded it.
+
+    ``number`` counts from 1; ``reason`` is why it started (``schedule``,
+    ``catch-up``, ``takeover`` or ``manual``); ``started_ms`` and ``ended_ms``
+    are on the store's clock (``ended_ms`` is ``None`` while it runs; for an
+    ``expired`` attempt it is the end of its lease); ``outcome`` is an
+    :class:`~leasecron.states.AttemptOutcome` value; ``error`` the failed
+    attempt's error text.
+    """
+
+    number: int
+    runner: str
+    reason: str
+    started_ms: int
+    ended_ms: Optional[int]
+    outcome: str
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict[str, object]:
+        """The attempt as plain JSON-ready values."""
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One run of a job as the store records it.
@@ -74,7 +107,10 @@ class Run:
     ``attempt``, ``token``, ``runner``, ``reason`` and ``started_ms`` describe
     the current (latest) attempt. ``handed_over`` is true once any attempt of
     the run was released by a stopping instance. ``lease_end_ms`` is a time on
-    the store's clock. ``slot`` is derived from ``slot_ms``.
+    the store's clock. ``slot`` is derived from ``slot_ms``. ``attempts``
+    holds the run's attempts, oldest first (the newest
+    :data:`MAX_ATTEMPTS_KEPT`); a run stored before attempts were recorded
+    reads as one attempt made of the run's own fields.
     """
 
     job: str
@@ -89,6 +125,7 @@ class Run:
     error: Optional[str]
     started_ms: int
     finished_ms: Optional[int]
+    attempts: Tuple[Attempt, ...] = ()
     slot: datetime = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +144,7 @@ class Run:
         """The run as plain JSON-ready values (``slot`` as ISO 8601 text)."""
         data = dataclasses.asdict(self)
         data["slot"] = self.slot.isoformat()
+        data["attempts"] = [attempt.to_dict() for attempt in self.attempts]
         return data
 
 
@@ -118,11 +156,14 @@ class Claim:
 
     ``won``      the caller runs the run (``run`` holds its new token);
     ``running``  the run's lease is alive: the caller becomes a backup;
-    ``overlap``  an earlier slot of the job is running (``run`` is that one);
+    ``overlap``  another slot of the job is running (``run`` is that one);
     ``late``     the claim came too late for a new run;
     ``early``    the slot is more than 10 s ahead of the store's clock;
     ``done``     the run ended, or this claim just marked it interrupted;
-    ``none``     a takeover claim found no run for the slot.
+    ``none``     a takeover claim found no run for the slot, or a manual
+                 claim no pending request for it;
+    ``paused``   the job is paused: a scheduled or catch-up claim starts no
+                 new run.
     """
 
     outcome: str

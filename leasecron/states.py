@@ -10,6 +10,8 @@ to its member.
 * :class:`Status`: a run's status in the store;
 * :class:`Outcome`: a store's answer to a claim;
 * :class:`Reason`: why a claim was made (and so why an attempt started);
+* :class:`AttemptOutcome`: how one attempt of a run ended;
+* :class:`RequestState`: where a request for a manual run stands;
 * :class:`AbortReason`: why ``ctx.signal`` aborted;
 * :class:`LostCause`: why a runner lost its run (the ``reason`` of ``lost``);
 * :class:`LiveState`: where a run this instance executes stands.
@@ -20,7 +22,17 @@ from __future__ import annotations
 import enum
 from typing import Tuple
 
-__all__ = ["StrEnum", "Status", "Outcome", "Reason", "AbortReason", "LostCause", "LiveState"]
+__all__ = [
+    "StrEnum",
+    "Status",
+    "Outcome",
+    "Reason",
+    "AttemptOutcome",
+    "RequestState",
+    "AbortReason",
+    "LostCause",
+    "LiveState",
+]
 
 
 class StrEnum(str, enum.Enum):
@@ -60,14 +72,44 @@ class Outcome(StrEnum):
     EARLY = "early"
     DONE = "done"
     NONE = "none"
+    PAUSED = "paused"
 
 
 class Reason(StrEnum):
-    """Why a claim was made: a scheduled slot, a catch-up on start, or a backup's check."""
+    """Why a claim was made: a scheduled slot, a catch-up on start, a backup's check, or a
+    request for a manual run."""
 
     SCHEDULE = "schedule"
     CATCH_UP = "catch-up"
     TAKEOVER = "takeover"
+    MANUAL = "manual"
+
+
+class AttemptOutcome(StrEnum):
+    """How one attempt of a run ended (``running`` while it has not).
+
+    ``expired``: its lease ran out and another attempt took over, or the run
+    was interrupted with it; ``handed_over``: released by a stopping
+    instance; ``interrupted``: only in a run stored before attempts were
+    recorded, whose one attempt ended with the run as ``interrupted``.
+    """
+
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    HANDED_OVER = "handed_over"
+    EXPIRED = "expired"
+    INTERRUPTED = "interrupted"
+
+
+class RequestState(StrEnum):
+    """A request for a manual run: ``pending`` until a claim acts on it (``claimed``: it
+    started the run; ``skipped``: an overlap) or its time runs out (``expired``)."""
+
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    SKIPPED = "skipped"
+    EXPIRED = "expired"
 
 
 class AbortReason(StrEnum):

@@ -3,7 +3,7 @@
 A store is the one place where instances agree. Every operation is atomic
 and compares lease ends with the store's own clock (``now_ms``), never with
 the caller's. ``docs/protocol.rst`` explains the protocol and numbers the
-rules of the contract (1-15); the docstrings of :meth:`Store.claim`,
+rules of the contract (1-20); the docstrings of :meth:`Store.claim`,
 :meth:`~Store.heartbeat`, :meth:`~Store.finish` and :meth:`~Store.release`
 state them with those numbers, and each backend tags the branch that carries
 out a rule with its number (``rule 4`` in ``rules.py``, ``claim.lua`` and the
@@ -24,6 +24,7 @@ import abc
 from types import TracebackType
 from typing import List, Optional, Type
 
+from ..controls import JobState, ManualRequest
 from ..runs import SCHEDULE, Claim, Run
 from .claim_request import ClaimRequest
 from .checks import (
@@ -32,8 +33,11 @@ from .checks import (
     OVERLAP_MODES,
     check_claim,
     check_finish,
+    check_actor,
     check_heartbeat,
+    check_int,
     check_job_name,
+    check_note,
     check_run_key,
     check_text,
     check_token,
@@ -41,7 +45,20 @@ from .checks import (
 
 #: The limits and checks the engine and the options share with the stores live in ``checks``; they
 #: are importable from here too, as before.
-__all__ = ["ClaimRequest", "Store", "MAX_INT", "MAX_NAME_BYTES", "OVERLAP_MODES", "check_job_name", "check_text"]
+__all__ = [
+    "ClaimRequest",
+    "REQUESTS_KEPT",
+    "Store",
+    "MAX_INT",
+    "MAX_NAME_BYTES",
+    "OVERLAP_MODES",
+    "check_job_name",
+    "check_text",
+]
+
+
+#: How many requests for manual runs that ended (claimed, skipped, expired) a store keeps per job.
+REQUESTS_KEPT = 20
 
 
 class Store(abc.ABC):
@@ -112,16 +129,42 @@ class Store(abc.ABC):
         7. A takeover claim never creates a run: ``none``.
         8. ``slot_ms > now + 10 s``: ``early``.
         9. ``now - slot_ms > max_late_ms + 10 s``, or a newer slot of the
-           job has a run: ``late``.
-        10. ``overlap="skip"`` and an earlier slot is running with a live
-            lease: ``overlap`` (``run`` is that run).
-        11. Earlier runs found running with ended leases are marked
+           job has a run that a manual claim did not start: ``late``.
+        10. ``overlap="skip"`` and another slot of the job (an earlier one,
+            or a later manual run) is running with a live lease: ``overlap``
+            (``run`` is the newest such run).
+        11. Other runs of the job found running with ended leases are marked
             ``interrupted``.
         12. ``won``: attempt 1 with ``token`` (a new random one if not given)
             and ``lease_end = now + lease_ms``. Finished runs beyond the
             newest ``history_size`` are pruned, except the newest run,
             running runs and runs whose slot lies within ``max_late_ms + 10 s``
-            of now.
+            of now. A pending request of the job at ``slot_ms`` (rule 19) is
+            marked ``claimed``: this run is the one it asked for.
+
+        16. (After rule 7.) A ``schedule`` or ``catch-up`` claim of a paused
+            job: ``paused``; nothing is written.
+        17. A ``manual`` claim takes the place of rules 8-10: the job must
+            have a request at ``slot_ms`` that is still pending (else
+            ``none``); a request whose ``expires_ms`` has passed is marked
+            ``expired`` and the answer is ``late``; with ``overlap="skip"``
+            and another slot of the job running with a live lease, the
+            request is marked ``skipped`` and the answer is ``overlap``;
+            otherwise rules 11 and 12 apply, the request is marked
+            ``claimed``, and the run is a manual run. A paused job's request
+            is run all the same.
+
+        20. ``Run.attempts`` records every attempt, written by the operation
+            that changes it: a won new run records attempt 1 (``running``); a
+            won next attempt ends the current one as ``handed_over`` if it
+            was released, else as ``expired`` (``ended_ms``: its lease end),
+            and records the new one; a claim that marks the run
+            ``interrupted`` ends a current attempt that was not released as
+            ``expired`` at its lease end. A retry (rule 2) and a heartbeat
+            change no attempt; ``finish`` ends the current attempt as
+            ``success`` or ``failed`` (with its error) at ``now``, and
+            ``release`` as ``handed_over`` at ``now``. The newest
+            :data:`~leasecron.runs.MAX_ATTEMPTS_KEPT` attempts are kept.
 
         No attempt is ever given the token of the current attempt of the run
         (tokens fence a runner that was only frozen). The store keeps no
@@ -164,6 +207,63 @@ class Store(abc.ABC):
         check_token(job, slot_ms, token)
         return self._release(job, slot_ms, token)
 
+    def pause(self, job: str, *, by: str, note: Optional[str] = None) -> JobState:
+        """Pause ``job`` for every instance, until :meth:`resume`; returns its state.
+
+        18. Atomic, on the store's clock: the job is marked paused ``by``
+            (who), at ``now``, with ``note`` (why). Pausing a paused job
+            replaces who, when and why. Its running runs go on (heartbeats,
+            finishes, takeovers and hand-overs work as before); a new
+            ``schedule`` or ``catch-up`` claim is answered ``paused`` (rule
+            16). A job need not have runs to be paused.
+        """
+        check_job_name(job)
+        check_actor(by)
+        check_note(note)
+        return self._pause(job, by, note)
+
+    def resume(self, job: str, *, by: str) -> JobState:
+        """Undo :meth:`pause` (rule 18: the pause's who, when and note are cleared); the next
+        slot runs as usual, and no slot skipped while paused is caught up. Resuming a job
+        that is not paused changes nothing. ``by`` says who resumed it (for the log).
+        Returns the job's state."""
+        check_job_name(job)
+        check_actor(by)
+        return self._resume(job, by)
+
+    def job_state(self, job: str) -> JobState:
+        """What the store holds of ``job`` beyond its runs: its pause and its requests."""
+        check_job_name(job)
+        return self._job_state(job)
+
+    def job_states(self) -> List[JobState]:
+        """The state of every job that is paused or has requests kept, sorted by name, in one
+        call (for ``leasecron jobs`` and the dashboard)."""
+        return self._job_states()
+
+    def request_run(self, job: str, *, by: str, max_late_ms: int = 30_000) -> ManualRequest:
+        """Ask for one manual run of ``job`` now; returns the request (its ``slot_ms``).
+
+        19. Atomic, on the store's clock: the request's slot is ``now``, or
+            the first millisecond after it at which the job has neither a
+            run nor a request; it expires at ``now + max_late_ms + 10 s``.
+            It is ``pending`` until a ``manual`` claim for its slot acts on
+            it (rule 17). The store keeps a job's pending requests and the
+            newest :data:`REQUESTS_KEPT` that ended (claimed, skipped,
+            expired); older ones are deleted by this call.
+        """
+        check_job_name(job)
+        check_actor(by)
+        check_int("max_late_ms", max_late_ms, 0)
+        return self._request_run(job, by, max_late_ms)
+
+    def pending_requests(self) -> List[ManualRequest]:
+        """Every request of every job that an instance may still claim (pending, and not
+        expired on the store's clock), oldest slot first, in one call. Its cost grows with
+        the number of such requests only, never with the runs or jobs stored: an instance
+        asks once per ``poll_ms`` for all of its jobs."""
+        return self._pending_requests()
+
     def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         """The stored run of ``job`` at ``slot_ms``, or ``None``."""
         check_run_key(job, slot_ms)
@@ -204,6 +304,30 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         """:meth:`release`, by rule 15."""
+
+    @abc.abstractmethod
+    def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
+        """:meth:`pause`, by rule 18."""
+
+    @abc.abstractmethod
+    def _resume(self, job: str, by: str) -> JobState:
+        """:meth:`resume`, by rule 18."""
+
+    @abc.abstractmethod
+    def _job_state(self, job: str) -> JobState:
+        """:meth:`job_state`."""
+
+    @abc.abstractmethod
+    def _job_states(self) -> List[JobState]:
+        """:meth:`job_states`."""
+
+    @abc.abstractmethod
+    def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
+        """:meth:`request_run`, by rule 19."""
+
+    @abc.abstractmethod
+    def _pending_requests(self) -> List[ManualRequest]:
+        """:meth:`pending_requests`."""
 
     @abc.abstractmethod
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:

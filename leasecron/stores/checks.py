@@ -20,7 +20,10 @@ __all__ = [
     "OVERLAP_MODES",
     "check_claim",
     "check_finish",
+    "check_actor",
     "check_heartbeat",
+    "check_int",
+    "check_note",
     "check_job_name",
     "check_run_key",
     "check_text",
@@ -66,7 +69,8 @@ def check_job_name(job: object) -> None:
         raise ConfigError(f"job name must be at most {MAX_NAME_BYTES} bytes in UTF-8, not {size}: {shown(job)}")
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
+def check_int(name: str, value: object, minimum: int) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``value`` is an integer from ``minimum`` to 2**50."""
     if not (isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_INT):
         raise ConfigError(f"{name} must be an integer from {minimum} to 2**50, not {value!r}")
 
@@ -74,7 +78,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 def check_run_key(job: object, slot_ms: object) -> None:
     """Raise :class:`~leasecron.ConfigError` unless ``job`` and ``slot_ms`` name a run."""
     check_job_name(job)
-    _check_int("slot_ms", slot_ms, 0)
+    check_int("slot_ms", slot_ms, 0)
 
 
 def check_token(job: object, slot_ms: object, token: object) -> None:
@@ -86,7 +90,7 @@ def check_token(job: object, slot_ms: object, token: object) -> None:
 def check_heartbeat(job: object, slot_ms: object, token: object, lease_ms: object) -> None:
     """Raise :class:`~leasecron.ConfigError` naming the first bad argument of a heartbeat."""
     check_token(job, slot_ms, token)
-    _check_int("lease_ms", lease_ms, 1)
+    check_int("lease_ms", lease_ms, 1)
 
 
 def check_finish(job: object, slot_ms: object, token: object, status: object, error: object) -> None:
@@ -109,14 +113,37 @@ def check_claim(request: ClaimRequest) -> None:
     check_text("runner", runner)
     if request.reason not in REASONS:
         raise ConfigError(f"reason must be one of {', '.join(REASONS)}, not {request.reason!r}")
-    _check_int("lease_ms", request.lease_ms, 1)
-    _check_int("max_attempts", request.max_attempts, 1)
-    _check_int("max_late_ms", request.max_late_ms, 0)
+    check_int("lease_ms", request.lease_ms, 1)
+    check_int("max_attempts", request.max_attempts, 1)
+    check_int("max_late_ms", request.max_late_ms, 0)
     if request.overlap not in OVERLAP_MODES:
         raise ConfigError(f"overlap must be 'skip' or 'allow', not {request.overlap!r}")
-    _check_int("history_size", request.history_size, 0)
+    check_int("history_size", request.history_size, 0)
     token: Optional[object] = request.token
     if token is not None:
         if not isinstance(token, str) or token == "":
             raise ConfigError(f"token must be a non-empty string or None, not {token!r}")
         check_text("token", token)
+
+
+#: The longest note of a pause, in characters.
+MAX_NOTE_CHARS = 1_000
+
+
+def check_actor(by: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``by`` (who pauses, resumes or asks for a
+    run) is a non-empty string every store can keep, of at most 200 characters."""
+    if not isinstance(by, str) or by == "" or len(by) > 200:
+        raise ConfigError(f"by (who acts) must be a non-empty string of at most 200 characters, not {shown(by)}")
+    check_text("by", by)
+
+
+def check_note(note: object) -> None:
+    """Raise :class:`~leasecron.ConfigError` unless ``note`` is ``None`` or text every store can
+    keep, of at most :data:`MAX_NOTE_CHARS` characters."""
+    if note is None:
+        return
+    check_text("note", note)
+    assert isinstance(note, str)
+    if len(note) > MAX_NOTE_CHARS:
+        raise ConfigError(f"note must be at most {MAX_NOTE_CHARS} characters, not {len(note)}")

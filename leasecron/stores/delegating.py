@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..errors import ConfigError
+from ..controls import JobState, ManualRequest
 from ..runs import Claim, Run
 from .base import ClaimRequest, Store
 
@@ -71,6 +72,30 @@ class DelegatingStore(Store):
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         """The inner store's release."""
         return self.inner._release(job, slot_ms, token)
+
+    def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
+        """The inner store's pause."""
+        return self.inner._pause(job, by, note)
+
+    def _resume(self, job: str, by: str) -> JobState:
+        """The inner store's resume."""
+        return self.inner._resume(job, by)
+
+    def _job_state(self, job: str) -> JobState:
+        """The inner store's state of ``job``."""
+        return self.inner._job_state(job)
+
+    def _job_states(self) -> List[JobState]:
+        """The inner store's job states."""
+        return self.inner._job_states()
+
+    def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
+        """The inner store's request for a manual run."""
+        return self.inner._request_run(job, by, max_late_ms)
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        """The inner store's pending requests."""
+        return self.inner._pending_requests()
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         """The inner store's run of ``job`` at ``slot_ms``."""

@@ -14,9 +14,12 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+from ..controls import JobState, ManualRequest
 from ..runs import Status
+from ..states import RequestState
 from .records import Record
-from .rules import Table, TableStore
+from .rules import TableStore
+from .table import NewSlot, Table
 
 __all__ = ["MemoryStore"]
 
@@ -28,6 +31,9 @@ def _wall_ms() -> int:
 class _MemoryTable(Table):
     def __init__(self) -> None:
         self._runs: Dict[str, Dict[int, Record]] = {}
+        self._pauses: Dict[str, JobState] = {}
+        self._requests: Dict[str, Dict[int, ManualRequest]] = {}
+        self._pending: Dict[Tuple[int, str], ManualRequest] = {}  # the index of pending requests
 
     def get(self, job: str, slot_ms: int) -> Optional[Record]:
         record = self._runs.get(job, {}).get(slot_ms)
@@ -37,22 +43,14 @@ class _MemoryTable(Table):
         slots = self._runs.get(job)
         return dataclasses.replace(slots[max(slots)]) if slots else None
 
+    def new_slot(self, job: str, slot_ms: int) -> NewSlot:
+        scheduled = [s for s, r in self._runs.get(job, {}).items() if not r.manual]
+        requested = (slot_ms, job) in self._pending
+        return NewSlot(job in self._pauses, max(scheduled) if scheduled else None, requested)
+
     def running(self, job: str) -> List[Record]:
         runs = self._runs.get(job, {})
         return [dataclasses.replace(runs[s]) for s in sorted(runs) if runs[s].status == Status.RUNNING]
-
-    def _running_before(self, job: str, before_ms: int) -> List[Record]:
-        runs = self._runs.get(job, {})
-        return [runs[s] for s in sorted(runs) if s < before_ms and runs[s].status == Status.RUNNING]
-
-    def live_before(self, job: str, before_ms: int, now_ms: int) -> Optional[Record]:
-        alive = [r for r in self._running_before(job, before_ms) if r.lease_end_ms > now_ms]
-        return dataclasses.replace(alive[-1]) if alive else None
-
-    def interrupt_expired(self, job: str, before_ms: int, now_ms: int, why: str) -> None:
-        for record in self._running_before(job, before_ms):
-            if record.lease_end_ms <= now_ms:
-                record.interrupt(now_ms, why)
 
     def latest(self, job: str, limit: int) -> List[Record]:
         slots = self._runs.get(job, {})
@@ -66,6 +64,9 @@ class _MemoryTable(Table):
 
     update = insert
 
+    def renew(self, job: str, slot_ms: int, lease_end_ms: int) -> None:
+        self._runs[job][slot_ms].lease_end_ms = lease_end_ms
+
     def prune(self, job: str, keep: int, horizon_ms: int) -> None:
         slots = self._runs.get(job, {})
         newest = max(slots)
@@ -73,6 +74,44 @@ class _MemoryTable(Table):
         for slot in finished[keep:]:
             if slot < horizon_ms and slot != newest:
                 del slots[slot]
+
+    def pause(self, job: str) -> Optional[JobState]:
+        return self._pauses.get(job)
+
+    def pauses(self) -> List[JobState]:
+        return list(self._pauses.values())
+
+    def set_pause(self, state: JobState) -> None:
+        self._pauses[state.job] = state
+
+    def clear_pause(self, job: str) -> None:
+        self._pauses.pop(job, None)
+
+    def request(self, job: str, slot_ms: int) -> Optional[ManualRequest]:
+        return self._requests.get(job, {}).get(slot_ms)
+
+    def requests(self, job: Optional[str]) -> List[ManualRequest]:
+        jobs = list(self._requests) if job is None else [job]
+        found = [made for name in jobs for made in self._requests.get(name, {}).values()]
+        return sorted(found, key=lambda made: (made.slot_ms, made.job))
+
+    def pending(self, now_ms: int) -> List[ManualRequest]:
+        return [self._pending[key] for key in sorted(self._pending) if self._pending[key].expires_ms >= now_ms]
+
+    def add_request(self, request: ManualRequest) -> None:
+        self._requests.setdefault(request.job, {})[request.slot_ms] = request
+        self._pending[request.slot_ms, request.job] = request
+
+    def end_request(self, job: str, slot_ms: int, state: str) -> None:
+        made = self._pending.pop((slot_ms, job), None)
+        if made is not None:
+            self._requests[job][slot_ms] = dataclasses.replace(made, state=state)
+
+    def prune_requests(self, job: str, keep: int, now_ms: int) -> None:
+        kept = self._requests.get(job, {})
+        ended = [s for s, r in kept.items() if r.state != RequestState.PENDING or r.expires_ms < now_ms]
+        for slot in sorted(ended, reverse=True)[keep:]:
+            del kept[slot]
 
 
 class MemoryStore(TableStore):

@@ -10,10 +10,13 @@ only reads commits without flushing the WAL), then reads
 ``clock_timestamp()``, so every lease comparison uses the server's clock and
 the order of the operations and of their clocks agree.
 
-The schema (``schema`` option, default ``public``) holds ``<table>``,
-``<table>_jobs``, ``<table>_meta`` (the schema version) and the functions
-(``<table>_claim_v2`` and so on: a function's name carries the number of the
-migration that created it, see :mod:`leasecron.stores.migrations`). It is
+The schema (``schema`` option, default ``public``) holds ``<table>`` (the
+runs, each with its attempts as ``jsonb``), ``<table>_jobs`` (a row per job:
+its finished runs and its pause), ``<table>_requests`` (the requests for
+manual runs, with a partial index of the pending ones), ``<table>_meta`` (the
+schema version) and the functions (``<table>_claim_v3`` and so on: a
+function's name carries the number of the migration that created it, see
+:mod:`leasecron.stores.migrations`). It is
 created on first use and migrated by version under a transaction-level
 advisory lock, by any role that may create tables in the schema: no
 superuser, no extension. A store opened with ``create=False`` never creates
@@ -37,10 +40,12 @@ from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
-from ..runs import Claim, Run
+from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
+from ..states import RequestState
 from . import require
-from .base import ClaimRequest, Store
+from .base import REQUESTS_KEPT, ClaimRequest, Store
 from .migrations import check_version, latest_version, migrate
 from .pg_connections import DEFAULT_TIMEOUT_S, Cursor, Pool, pooled_cursor, with_defaults
 from .queries import check_identifier, load_queries
@@ -51,17 +56,49 @@ __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
 #: The schema version this release writes and reads: the number of its last migration. 2: the
 #: claim function takes the retry of a claim that won (same token and runner) as that attempt again.
+#: 3: pauses, requests for manual runs, and the attempts of every run.
 SCHEMA_VERSION = latest_version("postgres")
 
+#: The version whose schema holds pauses and requests; an older one (read as it is by a store
+#: opened with ``create=False``) holds none.
+_CONTROLS_VERSION = 3
+
+#: The columns of ``<table>``, in order; a schema of version 2 or older has the first 13 only (its
+#: runs read as one attempt each).
 _RUN_COLUMNS = (
     "job", "slot_ms", "attempt", "token", "runner", "status", "lease_end_ms",
     "released", "handovers", "reason", "error", "started_ms", "finished_ms",
+    "attempts", "manual",
 )  # fmt: skip
 
 
 def _run(row: Tuple[Any, ...]) -> Run:
     data = dict(zip(_RUN_COLUMNS, row))
     return read_record(data["job"], data["slot_ms"], data).to_run()  # StoreError if it was tampered with
+
+
+_REQUEST_STATES = RequestState.values()
+
+
+def _request(job: str, item: Any) -> ManualRequest:
+    """A request as ``<table>_state_v3`` lists it: ``[slot_ms, requested_by, expires_ms, state]``."""
+    try:
+        slot_ms, by, expires_ms, state = item
+        if not (_is_int(slot_ms) and _is_int(expires_ms) and isinstance(by, str) and state in _REQUEST_STATES):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise StoreError(f"a stored request of job {job!r} is unreadable: {item!r}") from None
+    return ManualRequest(job, slot_ms, by, expires_ms, state)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _job_state(job: str, row: Tuple[Any, ...]) -> JobState:
+    """A job's state from a row ``(paused_by, paused_ms, note, requests)`` (NULLs when not paused)."""
+    paused_by, paused_ms, note, requests = row
+    return JobState(job, paused_by is not None, paused_by, paused_ms, note, tuple(_request(job, r) for r in requests))
 
 
 def _no_nul(text: str) -> str:
@@ -84,8 +121,9 @@ class PostgresStore(Store):
     ``create=False`` the store creates and migrates nothing: an operation
     on a database without the schema or one of the tables raises
     :class:`~leasecron.StoreError` naming it (``schema.table``); a schema of
-    an older version is read as it is (an operation that writes may need
-    the current one); a newer one is refused, as always. ``create`` may be
+    an older version is read as it is (its runs as one attempt each, no
+    pause, no request; an operation that writes may need the current
+    version); a newer one is refused, as always. ``create`` may be
     changed before the first operation (the ``leasecron`` commands that only
     read switch it off for an app's store).
     """
@@ -131,6 +169,7 @@ class PostgresStore(Store):
         self._schema_lock = threading.Lock()
         self._schema_ready = False  # created or migrated (or found current) by a store that creates
         self._schema_found = False  # found by a store that does not create
+        self._found_version = SCHEMA_VERSION  # the version of the schema found (create=False)
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> "PostgresStore":
@@ -162,8 +201,6 @@ class PostgresStore(Store):
         store = cls(dsn, **options)
         store._label = masked_url(url)
         return store
-
-    # -- connections ----------------------------------------------------------------
 
     # -- connections ----------------------------------------------------------------
 
@@ -221,7 +258,7 @@ class PostgresStore(Store):
         for name in names:
             if name not in found:
                 raise StoreError(f"PostgreSQL table {self.schema}.{name} {missing}")
-        self._version(cur)
+        self._found_version = self._version(cur)
 
     def _version(self, cur: Cursor) -> int:
         """The schema version stamped in ``<table>_meta`` (0: none yet); StoreError if it is newer
@@ -242,15 +279,24 @@ class PostgresStore(Store):
             cur.execute(self._q[name], params)
             return list(cur.fetchall())
 
+    def _controls(self, name: str, doing: str, **params: Any) -> Optional[List[Tuple[Any, ...]]]:
+        """The rows of a read of pauses or requests; None from a schema older than version 3 (a
+        store opened with ``create=False`` reads it as it is, and it holds none)."""
+        with self._cursor(doing) as cur:
+            if self._found_version < _CONTROLS_VERSION:
+                return None
+            cur.execute(self._q[name], params)
+            return list(cur.fetchall())
+
     # -- the contract (arguments checked by Store) -------------------------------------
 
     def now_ms(self) -> int:
         return int(self._one("now", "reading the server's clock")[0])
 
     def _claim(self, request: ClaimRequest) -> Claim:
-        params = vars(request)
+        params = {**vars(request), "keep_attempts": MAX_ATTEMPTS_KEPT}
         if request.token is None:
-            params = {**params, "token": new_token()}
+            params["token"] = new_token()
         row = self._one("claim", f"claim of {request.job!r}", **params)
         return Claim(row[0], None if row[1] is None else _run(row[1:]))
 
@@ -266,6 +312,29 @@ class PostgresStore(Store):
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         params = {"job": job, "slot_ms": slot_ms, "token": token}
         return bool(self._one("release", f"release of {job!r}", **params)[0])
+
+    def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
+        return _job_state(job, self._one("pause", f"pause of {job!r}", job=job, by=by, note=note))
+
+    def _resume(self, job: str, by: str) -> JobState:
+        return _job_state(job, self._one("resume", f"resume of {job!r}", job=job))
+
+    def _job_state(self, job: str) -> JobState:
+        rows = self._controls("job_state", f"reading the state of {job!r}", job=job)
+        return _job_state(job, rows[0]) if rows else JobState(job)
+
+    def _job_states(self) -> List[JobState]:
+        rows = self._controls("job_states", "reading the states of the jobs") or []
+        return [_job_state(row[0], row[1:]) for row in rows]
+
+    def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
+        params = {"job": job, "by": by, "max_late_ms": max_late_ms, "keep": REQUESTS_KEPT}
+        slot_ms, expires_ms = self._one("request_run", f"request of a run of {job!r}", **params)
+        return ManualRequest(job, slot_ms, by, expires_ms, RequestState.PENDING)
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        rows = self._controls("pending_requests", "reading the pending requests") or []
+        return [ManualRequest(job, slot, by, expires, RequestState.PENDING) for job, slot, by, expires in rows]
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         rows = self._all("get", f"reading {job!r}", job=job, slot_ms=slot_ms)

@@ -10,18 +10,36 @@ those count against ``max_attempts``.
 :func:`read_record` reads one back field by field, whatever the backend
 (SQLite rows, PostgreSQL rows, Redis JSON), so that a record that was
 tampered with is a :class:`~leasecron.StoreError` naming its run.
+
+A record also holds its attempts (rule 20 of ``docs/protocol.rst``): the
+methods :meth:`Record.begin_attempt`, :meth:`Record.end_attempt` and
+:meth:`Record.close_attempt` are the transitions the Python stores make
+(Redis and PostgreSQL make the same in Lua and PL/pgSQL), and
+:func:`attempts_json` the JSON every store keeps them as: an array of
+objects ``{"number", "runner", "reason", "started_ms", "ended_ms",
+"outcome", "error"}``, oldest first, the newest ``MAX_ATTEMPTS_KEPT``. A run
+stored before attempts were recorded (0.1) reads as one attempt made of its
+own fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
+from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
-from ..runs import STATUSES, Run, Status, slot_datetime
+from ..runs import MAX_ATTEMPTS_KEPT, STATUSES, Attempt, Run, Status, slot_datetime
+from ..states import AttemptOutcome, RequestState
 
-__all__ = ["Record", "new_token", "read_record"]
+__all__ = ["Record", "attempts_json", "new_token", "read_pause", "read_record", "read_request"]
+
+_OUTCOMES = AttemptOutcome.values()
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: The fields every stored attempt has; ``ended_ms`` and ``error`` may be left out when they are null.
+_ATTEMPT_FIELDS = ("number", "runner", "reason", "started_ms", "outcome")
 
 
 def new_token() -> str:
@@ -46,6 +64,10 @@ class Record:
     error: Optional[str]
     started_ms: int
     finished_ms: Optional[int]
+    #: The run's attempts, oldest first (at most ``MAX_ATTEMPTS_KEPT``); the last is the current one.
+    attempts: Tuple[Attempt, ...] = ()
+    #: Whether a manual claim started the run (rules 9-11 set manual runs apart).
+    manual: bool = False
 
     def to_run(self) -> Run:
         """The public, frozen view of this record."""
@@ -62,6 +84,7 @@ class Record:
             error=self.error,
             started_ms=self.started_ms,
             finished_ms=self.finished_ms,
+            attempts=self.attempts,
         )
 
     def won_by(self, token: Optional[str], runner: str) -> bool:
@@ -69,8 +92,30 @@ class Record:
         current attempt: it is running with that token and runner, and was not released."""
         return self.status == Status.RUNNING and self.token == token and self.runner == runner and not self.released
 
+    def begin_attempt(self) -> None:
+        """Record the current attempt (``attempt``, ``runner``, ``reason``, ``started_ms``) as
+        ``running``, after the others; only the newest ``MAX_ATTEMPTS_KEPT`` are kept."""
+        started = Attempt(self.attempt, self.runner, self.reason, self.started_ms, None, AttemptOutcome.RUNNING)
+        self.attempts = (self.attempts + (started,))[-MAX_ATTEMPTS_KEPT:]
+
+    def end_attempt(self, outcome: str, ended_ms: int, error: Optional[str] = None) -> None:
+        """Record how the current attempt ended (``finish``: ``success`` or ``failed``; ``release``:
+        ``handed_over``)."""
+        last = self.attempts[-1] if self.attempts else None
+        if last is not None and last.number == self.attempt:
+            ended = Attempt(last.number, last.runner, last.reason, last.started_ms, ended_ms, outcome, error)
+            self.attempts = self.attempts[:-1] + (ended,)
+
+    def close_attempt(self) -> None:
+        """End the current attempt because its lease is over (a next attempt takes over, or the run
+        is interrupted): ``handed_over`` if it was released (as ``release`` recorded it already),
+        else ``expired``, at its lease end."""
+        released = AttemptOutcome.HANDED_OVER if self.released else AttemptOutcome.EXPIRED
+        self.end_attempt(released, self.lease_end_ms)
+
     def interrupt(self, now_ms: int, why: str) -> None:
-        """End the run as ``interrupted``; it is not retried."""
+        """End the run as ``interrupted``, and its current attempt with it; it is not retried."""
+        self.close_attempt()
         self.status = Status.INTERRUPTED
         self.error = why
         self.finished_ms = now_ms
@@ -80,7 +125,10 @@ def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
     """The record a store read for ``job`` at ``slot_ms``, checked field by field.
 
     ``fields`` holds the other fields of :class:`Record` (more are ignored);
-    an integer may be given as its decimal text (Redis keeps them so). A
+    an integer may be given as its decimal text (Redis keeps them so).
+    ``attempts`` is JSON text or the list it holds (see :func:`attempts_json`);
+    missing or ``None`` (a run stored before attempts were recorded), the run
+    reads as one attempt made of its own fields; ``manual`` missing is false. A
     record that was tampered with or is corrupt (a field missing, of the
     wrong type, a status that is none of the four, a slot no datetime can
     hold) raises :class:`~leasecron.StoreError` naming the job and the slot,
@@ -103,10 +151,13 @@ def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
             finished_ms=(
                 None if fields.get("finished_ms") is None else _stored_int(fields["finished_ms"], "finished_ms")
             ),
+            manual=_stored_flag(fields.get("manual", False), "manual"),
         )
         if record.status not in STATUSES:
             raise ValueError(f"status is {shown(record.status)}, not one of {', '.join(STATUSES)}")
         slot_datetime(record.slot_ms)  # a slot past the year 9999 cannot be a Run
+        stored = fields.get("attempts")
+        record.attempts = _first_attempt(record) if stored is None else _stored_attempts(stored)
     except KeyError as exc:
         raise StoreError(f"the stored run of job {job!r} at slot {slot_ms} is unreadable: {exc} is missing") from exc
     except (TypeError, ValueError, OverflowError, OSError) as exc:
@@ -136,3 +187,123 @@ def _stored_text(value: object, field: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{field} is {shown(value)}, not text")
     return value
+
+
+def attempts_json(attempts: Tuple[Attempt, ...]) -> str:
+    """The JSON text a store keeps ``attempts`` as: an array of objects, oldest first."""
+    return _ENCODER.encode(
+        [
+            {
+                "number": a.number, "runner": a.runner, "reason": a.reason, "started_ms": a.started_ms,
+                "ended_ms": a.ended_ms, "outcome": a.outcome, "error": a.error,
+            }
+            for a in attempts
+        ]
+    )  # fmt: skip
+
+
+def read_request(job: str, fields: Mapping[str, Any]) -> ManualRequest:
+    """A stored request for a manual run of ``job`` (fields ``slot_ms``, ``requested_by``,
+    ``expires_ms`` and ``state``, as stored), checked field by field like :func:`read_record`."""
+    slot_ms = fields.get("slot_ms")
+    unreadable = f"the stored request of job {job!r} at slot {slot_ms} is unreadable"
+    try:
+        made = ManualRequest(
+            job=job,
+            slot_ms=_stored_int(fields["slot_ms"], "slot_ms", 0),
+            requested_by=_stored_text(fields["requested_by"], "requested_by"),
+            expires_ms=_stored_int(fields["expires_ms"], "expires_ms"),
+            state=_stored_text(fields["state"], "state"),
+        )
+        if made.state not in RequestState.values():
+            raise ValueError(f"state is {shown(made.state)}, not one of {', '.join(RequestState.values())}")
+    except KeyError as exc:
+        raise StoreError(f"{unreadable}: {exc} is missing") from exc
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{unreadable}: {exc}") from exc
+    return made
+
+
+def read_pause(job: str, fields: Mapping[str, Any]) -> JobState:
+    """A stored pause of ``job`` (fields ``paused_by``, ``paused_ms`` and ``note``), checked field by
+    field like :func:`read_record`: the job's state, paused, without its requests."""
+    try:
+        note = fields.get("note")
+        return JobState(
+            job,
+            paused=True,
+            paused_by=_stored_text(fields["paused_by"], "paused_by"),
+            paused_ms=_stored_int(fields["paused_ms"], "paused_ms"),
+            note=None if note is None else _stored_text(note, "note"),
+        )
+    except KeyError as exc:
+        raise StoreError(f"the stored pause of job {job!r} is unreadable: {exc} is missing") from exc
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"the stored pause of job {job!r} is unreadable: {exc}") from exc
+
+
+def _first_attempt(record: Record) -> Tuple[Attempt, ...]:
+    """The one attempt of a run stored before attempts were recorded, made of the run's fields."""
+    outcome = AttemptOutcome.RUNNING if record.status == Status.RUNNING else record.status
+    return (
+        Attempt(
+            record.attempt, record.runner, record.reason, record.started_ms, record.finished_ms, outcome, record.error
+        ),
+    )
+
+
+def _stored_attempts(value: object) -> Tuple[Attempt, ...]:
+    """The attempts a store kept (JSON text, or the list a driver decoded), checked one by one.
+
+    Every claim answer carries its run's attempts, so this is on the hot path: an attempt as a
+    store wrote it is taken at once, and only one that is not is read field by field (integers as
+    decimal text, as Redis keeps them) or refused.
+    """
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value)
+    if not isinstance(value, list) or not value:
+        raise TypeError(f"attempts is {shown(value)}, not a list of attempts")
+    attempts = []
+    for i, item in enumerate(value):
+        try:
+            attempt = Attempt(
+                item["number"], item["runner"], item["reason"], item["started_ms"],
+                item.get("ended_ms"), item["outcome"], item.get("error"),
+            )  # fmt: skip
+        except (KeyError, TypeError, AttributeError):
+            attempt = _stored_attempt(item, f"attempts[{i}]")  # raises what is wrong
+        if not _as_written(attempt):
+            attempt = _stored_attempt(item, f"attempts[{i}]")
+        attempts.append(attempt)
+    return tuple(attempts)
+
+
+def _as_written(a: Attempt) -> bool:
+    """Whether every field of ``a`` has the type and range a store writes."""
+    return (
+        type(a.number) is int and a.number >= 1 and type(a.started_ms) is int and type(a.runner) is str
+        and type(a.reason) is str and (a.ended_ms is None or type(a.ended_ms) is int) and a.outcome in _OUTCOMES
+        and (a.error is None or type(a.error) is str)
+    )  # fmt: skip
+
+
+def _stored_attempt(item: object, where: str) -> Attempt:
+    if not isinstance(item, dict):
+        raise TypeError(f"{where} is {shown(item)}, not an object")
+    missing = [name for name in _ATTEMPT_FIELDS if name not in item]
+    if missing:
+        raise ValueError(f"{where}.{missing[0]} is missing")
+    number, runner, reason, started = item["number"], item["runner"], item["reason"], item["started_ms"]
+    ended, outcome, error = item.get("ended_ms"), item["outcome"], item.get("error")
+    attempt = Attempt(
+        number=_stored_int(number, f"{where}.number", 1),
+        runner=_stored_text(runner, f"{where}.runner"),
+        reason=_stored_text(reason, f"{where}.reason"),
+        started_ms=_stored_int(started, f"{where}.started_ms"),
+        ended_ms=None if ended is None else _stored_int(ended, f"{where}.ended_ms"),
+        outcome=_stored_text(outcome, f"{where}.outcome"),
+        error=None if error is None else _stored_text(error, f"{where}.error"),
+    )
+    if attempt.outcome not in _OUTCOMES:
+        raise ValueError(f"{where}.outcome is {shown(attempt.outcome)}, not one of {', '.join(_OUTCOMES)}")
+    return attempt

@@ -5,33 +5,67 @@ Each operation that writes is one Lua script (``stores/lua/<op>.lua``, with
 :mod:`leasecron.runs`), run with one ``EVALSHA``: the script reads the
 server's clock with ``TIME`` and decides and writes atomically, so every
 lease comparison uses the server's clock and no decision ever spans two
-round trips. ``claim.lua`` tags each branch with the number of the rule of
-the store contract it carries out. A script the server does not know (a restart, ``SCRIPT FLUSH``,
+round trips. Each script tags its branches with the number of the rule of
+the store contract they carry out. A script the server does not know (a restart, ``SCRIPT FLUSH``,
 a failover) answers ``NOSCRIPT``; the store then loads it and calls again.
 
-Keys. One job's state lives in four keys that share one hash tag, so a
+Keys. One job's state lives in six keys that share one hash tag, so a
 cluster keeps them on one slot and a script can touch them all::
 
-    <prefix>:{<job>}:runs       hash  slot_ms -> the run, as JSON
+    <prefix>:{<job>}:runs       hash  slot_ms -> the run, as JSON (with its attempts)
     <prefix>:{<job>}:slots      zset  every stored slot (score = slot_ms)
     <prefix>:{<job>}:running    zset  the running slots
     <prefix>:{<job>}:finished   zset  the finished slots
-    <prefix>:jobs               set   the job names (read by jobs())
+    <prefix>:{<job>}:paused     hash  by, ms, note: there while the job is paused
+    <prefix>:{<job>}:requests   hash  slot_ms -> a request for a manual run, as JSON
+    <prefix>:jobs               set   the names of jobs with runs (read by jobs())
+    <prefix>:controlled         set   the names of jobs ever paused or asked to run
+                                      (read by job_states())
+    <prefix>:pending            zset  the pending requests of every job (read by
+                                      pending_requests()): member [job, slot_ms,
+                                      requested_by] as JSON, score expires_ms
 
 ``<job>`` is the job name percent-encoded (every byte outside
 ``A-Z a-z 0-9 . _ -``, ``%`` and the braces included), so no name can end
 its hash tag early, reach into another job's keys, or collide with another
 name. The sorted sets make ``unfinished``, ``runs``, history pruning and
-``jobs`` reads of one job's keys: no ``KEYS`` or ``SCAN`` anywhere.
+``jobs`` reads of one job's keys: no ``KEYS`` or ``SCAN`` anywhere. A claim
+reads ``paused`` only for a slot that has no run yet, and ``requests`` only
+when it is manual or wins a new run.
 
-The jobs set lives on another cluster slot than a job's keys, so a claim
-script cannot write it. Instead a store adds a job to it (``SADD``, which is
-idempotent) before its first claim of that job, and again after a claim that
-stored the job's first run (the server may have lost its data since: a
-restart without persistence, a failover); ``jobs()`` lists the members that
-have stored runs. That is one extra round trip per job and process, and per
-job whose history starts; every other claim, and every heartbeat, finish and
-release, is one ``EVALSHA``.
+The three keys without a hash tag live on other cluster slots than a job's
+keys, so a job's script cannot write them; the store writes each in a call
+of its own, ordered so that what a crash between the calls leaves behind is
+harmless:
+
+* ``jobs``: a store adds a job (``SADD``, idempotent) before its first claim
+  of that job, and again after a claim that stored the job's first run (the
+  server may have lost its data since: a restart without persistence, a
+  failover); ``jobs()`` lists the members that have stored runs. That is one
+  extra round trip per job and process, and per job whose history starts;
+  every other claim, and every heartbeat, finish and release, is one
+  ``EVALSHA``.
+* ``controlled``: ``pause`` and ``request_run`` add the job before they
+  write its keys, and nothing removes it; ``job_states()`` reads the state of
+  each member (one pipeline) and lists those paused or with requests kept. A
+  crash in between leaves a member with nothing to show: it is skipped.
+* ``pending``: ``request_run`` adds the request after the job's script made
+  it (only the script knows its slot); a claim that ends a request (claims,
+  skips or expires it), or a manual claim that finds it ended, answers its
+  requester, and the store then removes it; ``pending_requests()`` reads the
+  members not expired on the index's server clock, in one script call.
+  Entries that expired are removed by the next ``request_run``. If the index
+  write of ``request_run`` fails (the process dies, the index's node is
+  down), ``request_run`` raises and the request is never found by an
+  instance: it stays pending in the job's state until it expires, and no run
+  starts (ask again). If the removal after a claim fails, the entry stays
+  until it expires: instances that read it send a manual claim, which finds
+  the run (``running``: they become backups, as for any run) or the request
+  ended (``none``), and removes the entry. So ``pending_requests()`` may
+  list a request that was claimed a moment ago, never misses one that was
+  indexed, and no entry makes a run start twice: the job's keys decide.
+  On a cluster the index's node judges expiry on its own clock, which may
+  differ from the job's node by their clock skew.
 
 Errors. Connection failures and timeouts, a server still loading its data,
 a read-only replica and a cluster in reconfiguration raise
@@ -43,22 +77,22 @@ no retries of their own and time out (``socket_timeout``, default 5 s;
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
-from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError, StoreError, StoreUnavailable, shown
+from ..controls import JobState, ManualRequest
+from ..errors import ConfigError, StoreError, StoreUnavailable
 from ..runs import Claim, Run
+from ..states import RequestState
 from . import require
 from .base import ClaimRequest, Store
-from .records import new_token, read_record
-from .templates import read_text, render
+from .records import new_token
+from .redis_scripts import control_keys, index_member, job_keys, load_scripts, read_index, read_run, read_state, text
 from .urls import masked_url, without_secrets
 
-__all__ = ["RedisStore", "job_keys"]
+__all__ = ["RedisStore", "job_keys", "control_keys"]
 
 log = logging.getLogger("leasecron")
 
@@ -69,52 +103,7 @@ URL_SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys
 DEFAULT_SOCKET_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 2.0
 
-_SAFE = "._-"  # with letters and digits: the bytes a job name keeps in its key
-
-
-def job_keys(prefix: str, job: str) -> Tuple[str, str, str, str]:
-    """The four keys of ``job`` (runs, slots, running, finished), in one hash tag."""
-    tag = f"{prefix}:{{{quote(job, safe=_SAFE)}}}"
-    return f"{tag}:runs", f"{tag}:slots", f"{tag}:running", f"{tag}:finished"
-
-
-class _Script:
-    """One Lua script, called with EVALSHA and loaded again on NOSCRIPT."""
-
-    def __init__(self, name: str, common: str) -> None:
-        self.name = name
-        self.source = render(f"{common}\n{read_text('lua', f'{name}.lua')}")
-        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
-
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Union[str, int]]) -> Any:
-        redis = require("redis", extra="redis", store="RedisStore")
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-
-
-def _load_scripts() -> Dict[str, _Script]:
-    common = read_text("lua", "common.lua")
-    return {name: _Script(name, common) for name in ("claim", "heartbeat", "finish", "release", "runs")}
-
-
-def _text(value: Union[str, bytes]) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-def _run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]) -> Run:
-    """The run stored as JSON ``raw``; StoreError naming the job and slot if it was tampered with."""
-    slot_text = _text(slot)
-    unreadable = f"the stored run of job {job!r} at slot {slot_text} is unreadable"
-    try:
-        data = json.loads(_text(raw)) if raw is not None else None
-    except ValueError as exc:  # not JSON (or not UTF-8)
-        raise StoreError(f"{unreadable}: not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise StoreError(f"{unreadable}: {shown(data)} is no JSON object")
-    return read_record(job, slot_text, data).to_run()
+_load_scripts = load_scripts  # the name the script tests use
 
 
 class RedisStore(Store):
@@ -144,8 +133,10 @@ class RedisStore(Store):
         self.client = client
         self.prefix = prefix
         self.create = create
-        self._scripts = _load_scripts()
+        self._scripts = load_scripts()
         self._jobs_key = f"{prefix}:jobs"
+        self._controlled_key = f"{prefix}:controlled"
+        self._pending_key = f"{prefix}:pending"
         self._registered: Set[str] = set()
         self._lock = threading.Lock()
         self._owns_client = False
@@ -212,7 +203,11 @@ class RedisStore(Store):
 
     def _script(self, name: str, job: str, *args: Union[str, int]) -> Any:
         script = self._scripts[name]
-        return self._call(f"{name} of {job!r}", script, self.client, job_keys(self.prefix, job), args)
+        return self._call(f"{name} of {job!r}", script, self.client, script.job_keys(self.prefix, job), args)
+
+    def _index(self, doing: str, *args: Union[str, int]) -> Any:
+        """index.lua on the index of pending requests (see the module's docstring)."""
+        return self._call(doing, self._scripts["index"], self.client, [self._pending_key], args)
 
     def _register(self, job: str, again: bool = False) -> None:
         if job in self._registered and not again:
@@ -236,15 +231,26 @@ class RedisStore(Store):
             request.reason, request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap,
             request.history_size, fresh,
         )  # fmt: skip
-        if len(reply) == 4:  # the job's first stored run: make sure jobs() lists it
+        outcome, at, raw, first, requested_by = reply
+        if first == 1:  # the job's first stored run: make sure jobs() lists it
             try:
                 self._register(job, again=True)
             except StoreError as exc:  # the claim stands; this process registers before its next claim
                 with self._lock:
                     self._registered.discard(job)
                 log.warning("leasecron: could not add job %r to %s (%s); will retry", job, self._jobs_key, exc)
-        run = _run(job, reply[1], reply[2]) if len(reply) >= 3 else None
-        return Claim(_text(reply[0]), run)
+        if requested_by is not None:  # the request at the slot is no longer pending
+            self._unindex(job, request.slot_ms, text(requested_by))
+        return Claim(text(outcome), None if raw is None else read_run(job, at, raw))
+
+    def _unindex(self, job: str, slot_ms: int, requested_by: str) -> None:
+        """Take a request out of the index of pending requests; a failure leaves the entry until
+        it expires or a manual claim meets it again (see the module's docstring)."""
+        try:
+            self._index(f"removing the request of {job!r} at {slot_ms} from the index", "remove",
+                        index_member(job, slot_ms, requested_by))  # fmt: skip
+        except StoreError as exc:  # the claim stands
+            log.warning("leasecron: %s", exc)
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         return bool(self._script("heartbeat", job, slot_ms, token, lease_ms))
@@ -258,9 +264,47 @@ class RedisStore(Store):
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         return bool(self._script("release", job, slot_ms, token))
 
+    def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
+        self._call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
+        args: Tuple[str, ...] = ("pause", by) if note is None else ("pause", by, note)
+        return read_state(job, self._script("pause", job, *args))
+
+    def _resume(self, job: str, by: str) -> JobState:
+        return read_state(job, self._script("pause", job, "resume", by))
+
+    def _job_state(self, job: str) -> JobState:
+        return read_state(job, self._script("state", job))
+
+    def _job_states(self) -> List[JobState]:
+        def queue(pipe: Any, name: str) -> None:
+            paused, requests = control_keys(self.prefix, name)
+            pipe.hmget(paused, "by", "ms", "note")
+            pipe.hgetall(requests)
+
+        now = self.now_ms()  # the states are judged at one clock
+        states = []
+        for name, (pause, requests) in self._each_member(self._controlled_key, "reading job states", queue):
+            state = read_state(name, [now, *pause, *(part for pair in requests.items() for part in pair)])
+            if state.paused or state.requests:
+                states.append(state)
+        return states
+
+    def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
+        self._call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
+        slot, expires = (int(text(value)) for value in self._script("request", job, by, max_late_ms))
+        doing = (
+            f"indexing the request of {job!r} at {slot} (it is stored, but no instance will find it:"
+            " it expires without a run; ask again)"
+        )
+        self._index(doing, "add", index_member(job, slot, by), expires)
+        return ManualRequest(job, slot, by, expires, RequestState.PENDING)
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        return read_index(self._index("reading the pending requests", "read"))
+
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         raw = self._call(f"reading {job!r}", self.client.hget, job_keys(self.prefix, job)[0], str(slot_ms))
-        return None if raw is None else _run(job, str(slot_ms), raw)
+        return None if raw is None else read_run(job, str(slot_ms), raw)
 
     def _unfinished(self, job: str) -> List[Run]:
         return self._read_runs(job, "unfinished", 0)
@@ -270,21 +314,30 @@ class RedisStore(Store):
 
     def _read_runs(self, job: str, which: str, limit: int) -> List[Run]:
         reply = self._script("runs", job, which, limit)
-        return [_run(job, reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
+        return [read_run(job, reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
 
     def _jobs(self) -> List[str]:
-        members = self._call("listing jobs", self.client.smembers, self._jobs_key)
-        names = sorted(_text(m) for m in members)
+        def queue(pipe: Any, name: str) -> None:
+            pipe.exists(job_keys(self.prefix, name)[1])
+
+        return [name for name, (found,) in self._each_member(self._jobs_key, "listing jobs", queue) if found]
+
+    def _each_member(self, key: str, doing: str, queue: Callable[[Any, str], None]) -> List[Tuple[str, List[Any]]]:
+        """The names in the set ``key``, sorted, each with the replies of the commands that
+        ``queue(pipe, name)`` puts in one pipeline (a cluster's takes no script)."""
+        names = sorted(text(m) for m in self._call(doing, self.client.smembers, key))
         if not names:
             return []
 
-        def stored() -> List[Any]:
+        def read() -> List[Any]:
             pipe = self.client.pipeline(transaction=False)
             for name in names:
-                pipe.exists(job_keys(self.prefix, name)[1])
+                queue(pipe, name)
             return list(pipe.execute())
 
-        return [name for name, found in zip(names, self._call("listing jobs", stored)) if found]
+        replies = self._call(doing, read)
+        each = len(replies) // len(names)
+        return [(name, replies[i * each : (i + 1) * each]) for i, name in enumerate(names)]
 
     def server_version(self) -> str:
         """The server's kind and version, for example ``Valkey 9.1.2`` or ``Redis 7.0.15``."""
@@ -312,7 +365,7 @@ class RedisStore(Store):
         except self._redis.exceptions.RedisError:
             return []  # CONFIG may be disabled (managed servers): AOF is on, its fsync policy unknown
         values = set(fsync.values()) if isinstance(fsync, dict) else set()
-        if any(_text(v) != "always" for v in values if isinstance(v, (str, bytes))):
+        if any(text(v) != "always" for v in values if isinstance(v, (str, bytes))):
             return [
                 "appendfsync is not 'always': a crash of the server's host can lose the last second"
                 " of claims and heartbeats; set appendfsync always"

@@ -1,82 +1,37 @@
 """The lease rules written once, for the stores that run them in Python.
 
 :class:`TableStore` carries out every operation of the store contract on a
-:class:`Table`: a handful of reads and writes that a backend performs inside
-one atomic section (the memory store under a lock, SQLite inside ``BEGIN
-IMMEDIATE``). The decisions themselves live here, once, each tagged with the
-number of the rule it carries out (``docs/protocol.rst``, and the docstrings
-of :class:`~leasecron.Store`).
+:class:`~leasecron.stores.table.Table`: a handful of reads and writes that a
+backend performs inside one atomic section (the memory store under a lock,
+SQLite inside ``BEGIN IMMEDIATE``), of the runs, each job's pause and its
+requests for manual runs. The decisions themselves live here, once, each
+tagged with the number of the rule it carries out (``docs/protocol.rst``,
+and the docstrings of :class:`~leasecron.Store`).
 
 Redis (``claim.lua``) and PostgreSQL (the claim function of its migrations)
 state the same rules in their own language, with the same tags; the shared
 conformance suite proves all of them alike.
 
 What a store keeps of a run, :class:`~leasecron.stores.records.Record`, and
-the token maker live in :mod:`leasecron.stores.records`; they are importable
-from here too.
+the token maker live in :mod:`leasecron.stores.records`, and ``Table`` in
+:mod:`leasecron.stores.table`; they are importable from here too.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from contextlib import AbstractContextManager
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
+from ..controls import JobState, ManualRequest
 from ..runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Outcome, Reason, Run, Status, slot_datetime
-from .base import ClaimRequest, Store
+from ..states import AttemptOutcome, RequestState
+from .base import REQUESTS_KEPT, ClaimRequest, Store
 from .records import Record, new_token, read_record
+from .table import NewSlot, Table
 
-__all__ = ["Record", "Table", "TableStore", "new_token", "read_record"]
-
-
-class Table(abc.ABC):
-    """The reads and writes of one atomic section of a :class:`TableStore`."""
-
-    @abc.abstractmethod
-    def get(self, job: str, slot_ms: int) -> Optional[Record]:
-        """The record of ``job`` at ``slot_ms`` (a copy the caller may change)."""
-
-    @abc.abstractmethod
-    def newest(self, job: str) -> Optional[Record]:
-        """The record of ``job``'s newest slot."""
-
-    @abc.abstractmethod
-    def running(self, job: str) -> List[Record]:
-        """The running records of ``job``, oldest first."""
-
-    @abc.abstractmethod
-    def live_before(self, job: str, before_ms: int, now_ms: int) -> Optional[Record]:
-        """The newest running record of ``job`` with a slot before ``before_ms``
-        whose lease is alive (``lease_end_ms > now_ms``)."""
-
-    @abc.abstractmethod
-    def interrupt_expired(self, job: str, before_ms: int, now_ms: int, why: str) -> None:
-        """Mark ``interrupted`` every running record of ``job`` with a slot before
-        ``before_ms`` whose lease ended (``lease_end_ms <= now_ms``)."""
-
-    @abc.abstractmethod
-    def latest(self, job: str, limit: int) -> List[Record]:
-        """At most ``limit`` records of ``job``, newest slot first."""
-
-    @abc.abstractmethod
-    def jobs(self) -> List[str]:
-        """The job names that have records, sorted."""
-
-    @abc.abstractmethod
-    def insert(self, record: Record) -> None:
-        """Store a record for a slot that has none."""
-
-    @abc.abstractmethod
-    def update(self, record: Record) -> None:
-        """Store the changed fields of an existing record."""
-
-    @abc.abstractmethod
-    def prune(self, job: str, keep: int, horizon_ms: int) -> None:
-        """Delete ``job``'s finished records beyond the newest ``keep`` finished ones.
-
-        Never the job's newest record, a running record, or one whose slot is
-        at or after ``horizon_ms``.
-        """
+__all__ = ["NewSlot", "Record", "Table", "TableStore", "new_token", "read_record"]
 
 
 class TableStore(Store):
@@ -103,43 +58,11 @@ class TableStore(Store):
         settled = self._settled_claim(request)
         if settled is not None:
             return settled
-        job, slot_ms = request.job, request.slot_ms
         with self._write() as (table, now):
-            record = table.get(job, slot_ms)
+            record = table.get(request.job, request.slot_ms)
             if record is not None:
                 return _claim_existing(table, now, record, request)
-            if request.reason == Reason.TAKEOVER:  # rule 7
-                return Claim(Outcome.NONE)
-            if slot_ms > now + EARLY_TOLERANCE_MS:  # rule 8
-                return Claim(Outcome.EARLY)
-            if now - slot_ms > request.max_late_ms + LATE_TOLERANCE_MS:  # rule 9
-                return Claim(Outcome.LATE)
-            newest = table.newest(job)
-            if newest is not None and newest.slot_ms > slot_ms:  # rule 9
-                return Claim(Outcome.LATE, newest.to_run())
-            if request.overlap == "skip":  # rule 10
-                alive = table.live_before(job, slot_ms, now)
-                if alive is not None:
-                    return Claim(Outcome.OVERLAP, alive.to_run())
-            table.interrupt_expired(job, slot_ms, now, _superseded(slot_ms))  # rule 11
-            record = Record(  # rule 12
-                job=job,
-                slot_ms=slot_ms,
-                attempt=1,
-                token=_attempt_token(request.token),
-                runner=request.runner,
-                status=Status.RUNNING,
-                lease_end_ms=now + request.lease_ms,
-                released=False,
-                handovers=0,
-                reason=request.reason,
-                error=None,
-                started_ms=now,
-                finished_ms=None,
-            )
-            table.insert(record)
-            table.prune(job, request.history_size, now - request.max_late_ms - LATE_TOLERANCE_MS)
-            return Claim(Outcome.WON, record.to_run())
+            return _claim_new(table, now, request)
 
     def _settled_claim(self, request: ClaimRequest) -> Optional[Claim]:
         """The answer to a claim that a read alone decides, without the write lock: the slot's
@@ -164,10 +87,9 @@ class TableStore(Store):
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         with self._write() as (table, now):
             record = _current(table, job, slot_ms, token)
-            if record is None or record.released:  # rule 13
+            if record is None or record.released:  # rule 13 (and rule 20: no attempt changes)
                 return False
-            record.lease_end_ms = now + lease_ms
-            table.update(record)
+            table.renew(job, slot_ms, now + lease_ms)
             return True
 
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
@@ -178,6 +100,7 @@ class TableStore(Store):
             record.status = status
             record.error = error
             record.finished_ms = now
+            record.end_attempt(status, now, error)  # rule 20
             table.update(record)
             return True
 
@@ -189,8 +112,50 @@ class TableStore(Store):
             record.lease_end_ms = now
             record.released = True
             record.handovers += 1
+            record.end_attempt(AttemptOutcome.HANDED_OVER, now)  # rule 20
             table.update(record)
             return True
+
+    def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
+        with self._write() as (table, now):
+            table.set_pause(JobState(job, True, by, now, note))  # rule 18
+            return _job_state(table, job, now)
+
+    def _resume(self, job: str, by: str) -> JobState:
+        with self._write() as (table, now):
+            table.clear_pause(job)  # rule 18
+            return _job_state(table, job, now)
+
+    def _job_state(self, job: str) -> JobState:
+        with self._read() as table:
+            return _job_state(table, job, self.now_ms())
+
+    def _job_states(self) -> List[JobState]:
+        with self._read() as table:
+            pauses = {state.job: state for state in table.pauses()}
+            requests = table.requests(None)
+            now = self.now_ms()
+        kept: Dict[str, List[ManualRequest]] = {}
+        for made in requests:
+            kept.setdefault(made.job, []).append(_as_read(made, now))
+        return [
+            dataclasses.replace(pauses.get(job) or JobState(job), requests=tuple(kept.get(job, ())))
+            for job in sorted(set(pauses) | set(kept))
+        ]
+
+    def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
+        with self._write() as (table, now):
+            slot_ms = now
+            while table.get(job, slot_ms) is not None or table.request(job, slot_ms) is not None:  # rule 19
+                slot_ms += 1
+            made = ManualRequest(job, slot_ms, by, now + max_late_ms + LATE_TOLERANCE_MS, RequestState.PENDING)
+            table.add_request(made)
+            table.prune_requests(job, REQUESTS_KEPT, now)  # rule 19
+            return made
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        with self._read() as table:
+            return table.pending(self.now_ms())
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         with self._read() as table:
@@ -212,7 +177,7 @@ class TableStore(Store):
 
 def _attempt_token(token: Optional[str], replaced: Optional[str] = None) -> str:
     """The token of a new attempt: the claim's ``token``, unless it is None or the token of the
-    attempt the new one replaces (never given twice): then a new random one."""
+    attempt it replaces (never given twice): then a new random one."""
     return token if token is not None and token != replaced else new_token()
 
 
@@ -228,13 +193,93 @@ def _current(table: Table, job: str, slot_ms: int, token: str) -> Optional[Recor
     return record
 
 
+def _as_read(made: ManualRequest, now: int) -> ManualRequest:
+    """A request as the store reads it at ``now``: a pending one whose time ran out is expired."""
+    if made.state == RequestState.PENDING and now > made.expires_ms:
+        return dataclasses.replace(made, state=RequestState.EXPIRED)
+    return made
+
+
+def _job_state(table: Table, job: str, now: int) -> JobState:
+    requests = tuple(_as_read(made, now) for made in table.requests(job))
+    return dataclasses.replace(table.pause(job) or JobState(job), requests=requests)
+
+
+def _live(running: List[Record], now: int) -> Optional[Record]:
+    """The newest of ``running`` whose lease is alive."""
+    alive = [record for record in running if record.lease_end_ms > now]
+    return alive[-1] if alive else None
+
+
+def _claim_new(table: Table, now: int, request: ClaimRequest) -> Claim:
+    """Rules 7-12, 16 and 17: the claim of a slot that has no run."""
+    job, slot_ms = request.job, request.slot_ms
+    if request.reason == Reason.TAKEOVER:  # rule 7
+        return Claim(Outcome.NONE)
+    if request.reason == Reason.MANUAL:
+        asked = table.request(job, slot_ms)
+        if asked is None or asked.state != RequestState.PENDING:  # rule 17
+            return Claim(Outcome.NONE)
+        if now > asked.expires_ms:  # rule 17
+            table.end_request(job, slot_ms, RequestState.EXPIRED)
+            return Claim(Outcome.LATE)
+        running = table.running(job)
+        alive = _live(running, now) if request.overlap == "skip" else None
+        if alive is not None:  # rule 17
+            table.end_request(job, slot_ms, RequestState.SKIPPED)
+            return Claim(Outcome.OVERLAP, alive.to_run())
+        requested = True
+    else:
+        seen = table.new_slot(job, slot_ms)
+        if seen.paused:  # rule 16
+            return Claim(Outcome.PAUSED)
+        if slot_ms > now + EARLY_TOLERANCE_MS:  # rule 8
+            return Claim(Outcome.EARLY)
+        if now - slot_ms > request.max_late_ms + LATE_TOLERANCE_MS:  # rule 9
+            return Claim(Outcome.LATE)
+        if seen.newest_scheduled_ms is not None and seen.newest_scheduled_ms > slot_ms:  # rule 9
+            newest = table.get(job, seen.newest_scheduled_ms)
+            return Claim(Outcome.LATE, None if newest is None else newest.to_run())
+        running = table.running(job)
+        alive = _live(running, now) if request.overlap == "skip" else None
+        if alive is not None:  # rule 10
+            return Claim(Outcome.OVERLAP, alive.to_run())
+        requested = seen.requested
+    for other in running:
+        if other.lease_end_ms <= now:  # rule 11
+            other.interrupt(now, _superseded(slot_ms))
+            table.update(other)
+    record = Record(  # rule 12
+        job=job,
+        slot_ms=slot_ms,
+        attempt=1,
+        token=_attempt_token(request.token),
+        runner=request.runner,
+        status=Status.RUNNING,
+        lease_end_ms=now + request.lease_ms,
+        released=False,
+        handovers=0,
+        reason=request.reason,
+        error=None,
+        started_ms=now,
+        finished_ms=None,
+        manual=request.reason == Reason.MANUAL,
+    )
+    record.begin_attempt()  # rule 20
+    table.insert(record)
+    if requested:  # rules 12 and 17: the request at this slot is claimed
+        table.end_request(job, slot_ms, RequestState.CLAIMED)
+    table.prune(job, request.history_size, now - request.max_late_ms - LATE_TOLERANCE_MS)
+    return Claim(Outcome.WON, record.to_run())
+
+
 def _claim_existing(table: Table, now: int, record: Record, request: ClaimRequest) -> Claim:
     """Rules 1-6: the claim of a slot that has a run."""
     if record.status != Status.RUNNING:  # rule 1
         return Claim(Outcome.DONE, record.to_run())
     if record.won_by(request.token, request.runner):  # rule 2: the retry of the claim that won this attempt
         record.lease_end_ms = now + request.lease_ms
-        table.update(record)
+        table.renew(record.job, record.slot_ms, record.lease_end_ms)
         return Claim(Outcome.WON, record.to_run())
     if record.lease_end_ms > now:  # rule 3
         return Claim(Outcome.RUNNING, record.to_run())
@@ -244,6 +289,7 @@ def _claim_existing(table: Table, now: int, record: Record, request: ClaimReques
     elif record.attempt - record.handovers >= request.max_attempts:  # rule 5
         record.interrupt(now, f"max_attempts ({request.max_attempts}) used up by runners that died")
     else:  # rule 6
+        record.close_attempt()  # rule 20: handed_over if released, else expired
         record.attempt += 1
         record.token = _attempt_token(request.token, record.token)
         record.runner = request.runner
@@ -251,6 +297,7 @@ def _claim_existing(table: Table, now: int, record: Record, request: ClaimReques
         record.released = False
         record.reason = request.reason
         record.started_ms = now
+        record.begin_attempt()
         table.update(record)
         return Claim(Outcome.WON, record.to_run())
     table.update(record)

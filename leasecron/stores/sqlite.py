@@ -25,8 +25,9 @@ own. The schema is created on first use by the migrations
 (``stores/sql/sqlite/NNNN_*.sql``, see :mod:`leasecron.stores.migrations`)
 and stamped with its version in ``<table>_meta``; a store opened with
 ``create=False`` creates nothing (no file, no table, no switch to WAL) and
-fails, naming what is missing, on a database that lacks them. The rules
-themselves are :mod:`leasecron.stores.rules`.
+fails, naming what is missing, on a database that lacks them (on one of
+version 1, which it does not migrate, it reads no pause and no request).
+The rules themselves are :mod:`leasecron.stores.rules`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .migrations import check_version, latest_version, migrate
 from .queries import check_identifier, load_queries
@@ -101,6 +103,7 @@ class SQLiteStore(TableStore):
         self._pid = os.getpid()
         self._schema_ready = False  # created (or found) by a store that creates
         self._schema_found = False  # found by a store that does not create
+        self._found_version = SCHEMA_VERSION  # the version it found
         self._closed = False
 
     @classmethod
@@ -257,7 +260,7 @@ class SQLiteStore(TableStore):
                 for name in names.values():
                     if name.lower() not in found:
                         raise StoreError(f"SQLite table {name!r} does not exist in {self.path!r} {_NOT_CREATED}")
-                self._version(conn)
+                self._found_version = self._version(conn)
             except sqlite3.Error as exc:
                 raise _store_error(exc, f"cannot read the schema of {self.path!r}") from exc
             self._schema_found = True
@@ -280,6 +283,23 @@ class SQLiteStore(TableStore):
                 if not _is_busy(exc) or time.monotonic() >= deadline:
                     raise
                 time.sleep(0.01)
+
+    def _without_controls(self) -> bool:
+        """Whether a store that does not create (nor migrate) found 0.1's schema (version 1): no
+        pause and no request can be stored in it, and none is read."""
+        if self.create:
+            return False
+        with self._using():  # finds the schema
+            return self._found_version < 2
+
+    def _job_state(self, job: str) -> JobState:
+        return JobState(job) if self._without_controls() else super()._job_state(job)
+
+    def _job_states(self) -> List[JobState]:
+        return [] if self._without_controls() else super()._job_states()
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        return [] if self._without_controls() else super()._pending_requests()
 
     # -- sections ----------------------------------------------------------------
 

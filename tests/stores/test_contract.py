@@ -1192,6 +1192,6 @@ def _fields(run: Run) -> dict:
         f: getattr(run, f)
         for f in (
             "job", "slot_ms", "attempt", "token", "runner", "status", "lease_end_ms",
-            "handed_over", "reason", "error", "started_ms", "finished_ms",
+            "handed_over", "reason", "error", "started_ms", "finished_ms", "attempts",
         )
     }

@@ -1,6 +1,7 @@
-"""DelegatingStore: the whole contract suite again, through a DelegatingStore around every backend's
-store; and what the wrapper itself promises (every operation forwarded to the inner store's protected
-method, the arguments checked once, kind, repr, close, a subclass that observes calls)."""
+"""DelegatingStore: the whole contract suite again (the rules, the controls, the attempts), through a
+DelegatingStore around every backend's store; and what the wrapper itself promises (every operation
+forwarded to the inner store's protected method, the arguments checked once, kind, repr, close, a
+subclass that observes calls)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from tests.engine.support import FAST, HOURLY, CATCH_UP_HOUR, Recorder
 # The contract suite, collected again in this module: with the ``backend`` fixture below, each of its
 # tests gets stores opened through a DelegatingStore.
 from tests.stores.test_contract import *  # noqa: F401,F403,E402
+from tests.stores.test_controls import *  # noqa: F401,F403,E402
+from tests.stores.test_attempts import *  # noqa: F401,F403,E402
 
 
 class _Wrapping:
@@ -57,7 +60,10 @@ def test_the_contract_tests_here_get_a_delegating_store(store: Store) -> None:
 
 #: The public operations of the contract: Store's own methods, which check their arguments and call
 #: the protected method of the same name.
-OPERATIONS = ["claim", "heartbeat", "finish", "release", "get_run", "unfinished", "runs", "jobs"]
+OPERATIONS = [
+    "claim", "heartbeat", "finish", "release", "pause", "resume", "job_state", "job_states", "request_run",
+    "pending_requests", "get_run", "unfinished", "runs", "jobs",
+]  # fmt: skip
 
 
 def test_every_operation_is_forwarded_and_the_public_methods_are_the_contracts() -> None:
@@ -104,6 +110,30 @@ class _Answers(Store):
         self._called("release", job, slot_ms, token)
         return False
 
+    def _pause(self, job: str, by: str, note: Any) -> Any:
+        self._called("pause", job, by, note)
+        return "paused-state"
+
+    def _resume(self, job: str, by: str) -> Any:
+        self._called("resume", job, by)
+        return "resumed-state"
+
+    def _job_state(self, job: str) -> Any:
+        self._called("job_state", job)
+        return "a-state"
+
+    def _job_states(self) -> Any:
+        self._called("job_states")
+        return ["states"]
+
+    def _request_run(self, job: str, by: str, max_late_ms: int) -> Any:
+        self._called("request_run", job, by, max_late_ms)
+        return "a-request"
+
+    def _pending_requests(self) -> Any:
+        self._called("pending_requests")
+        return ["pending"]
+
     def _get_run(self, job: str, slot_ms: int) -> Any:
         self._called("get_run", job, slot_ms)
         return "a-run"
@@ -144,6 +174,12 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     assert store.heartbeat("j", 7, "t", 5) is False
     assert store.finish("j", 7, "t", "failed", "boom") is True
     assert store.release("j", 7, "t") is False
+    assert store.pause("j", by="ops", note="why") == "paused-state"
+    assert store.resume("j", by="ops") == "resumed-state"
+    assert store.job_state("j") == "a-state"
+    assert store.job_states() == ["states"]
+    assert store.request_run("j", by="ops", max_late_ms=5) == "a-request"
+    assert store.pending_requests() == ["pending"]
     assert store.get_run("j", 7) == "a-run"
     assert store.unfinished("j") == ["unfinished"]
     assert store.runs("j", 3) == ["runs"]
@@ -156,6 +192,12 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
         ("heartbeat", ("j", 7, "t", 5)),
         ("finish", ("j", 7, "t", "failed", "boom")),
         ("release", ("j", 7, "t")),
+        ("pause", ("j", "ops", "why")),
+        ("resume", ("j", "ops")),
+        ("job_state", ("j",)),
+        ("job_states", ()),
+        ("request_run", ("j", "ops", 5)),
+        ("pending_requests", ()),
         ("get_run", ("j", 7)),
         ("unfinished", ("j",)),
         ("runs", ("j", 3)),
@@ -165,11 +207,15 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     inner.calls.clear()
     store.claim("j", 8, runner="r")
     store.finish("j", 8, "t", "success")
+    store.pause("j", by="ops")
+    store.request_run("j", by="ops")
     store.runs("j")
     store.runs("j", -5)
     assert inner.calls == [
         ("claim", (ClaimRequest("j", 8, "r", "schedule", 30_000, 3, 30_000, "skip", 100, None),)),
         ("finish", ("j", 8, "t", "success", None)),
+        ("pause", ("j", "ops", None)),
+        ("request_run", ("j", "ops", 30_000)),
         ("runs", ("j", 20)),
         ("runs", ("j", 0)),
     ]
@@ -194,6 +240,12 @@ def test_the_arguments_are_checked_once_by_the_outermost_store(monkeypatch: pyte
         store.claim("j", 7, runner="r", lease_ms=0)
     with pytest.raises(ConfigError, match="status"):
         store.finish("j", 7, "t", "done")
+    with pytest.raises(ConfigError, match="note"):
+        store.pause("j", by="ops", note=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_late_ms"):
+        store.request_run("j", by="ops", max_late_ms=-1)
+    with pytest.raises(ConfigError, match="by"):
+        store.resume("j", by="")
     assert [name for name, _ in inner.calls] == ["claim"]
 
 

@@ -1,11 +1,12 @@
 """PostgresStore specifics: URLs and DSNs, a caller's pool, round trips, privileges, migrations,
-namespacing and the connection pool.
+namespacing, the connection pool, and how pauses, requests and attempts are kept.
 
 The lease rules themselves are proved for PostgreSQL by the shared conformance suite
-(``test_contract.py``, ``test_races.py``); this module checks what only the PostgreSQL store
-has, against the session's real server (``SERVERS.postgres()``: the system PostgreSQL on
-127.0.0.1:5432, else one the suite starts) and, for a server that stops answering, a
-PostgreSQL started here (``tests/pg_servers.py``) and frozen with SIGSTOP.
+(``test_contract.py``, ``test_races.py``, ``test_controls.py``, ``test_attempts.py``); this
+module checks what only the PostgreSQL store has, against the session's real server
+(``SERVERS.postgres()``: the system PostgreSQL on 127.0.0.1:5432, else one the suite starts) and,
+for a server that stops answering, a PostgreSQL started here (``tests/pg_servers.py``) and frozen
+with SIGSTOP.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import pytest
 
 import leasecron
 from leasecron import ConfigError, StoreError, StoreUnavailable
+from leasecron.controls import JobState
+from leasecron.runs import Attempt
 from leasecron.stores.migrations import migrations
 from leasecron.stores.pg_connections import CONNECT_DEFAULTS
 from leasecron.stores.postgres import SCHEMA_VERSION, PostgresStore
+from leasecron.stores.queries import load_queries
 from leasecron.stores.templates import render, without_comments
 from tests import pg_servers, servers
 from tests.conftest import SERVERS
@@ -34,9 +38,17 @@ from tests.helpers import race_in_processes, wait_for
 
 JOB = "job"
 TABLE = "leasecron_runs"
-#: Functions the schema must have (the SQL may add helpers of its own): this release's claim, and
-#: version 1's (0.1's), which instances of 0.1 call.
-FUNCTIONS = {f"{TABLE}_{name}" for name in ("now", "claim", "claim_v2", "heartbeat", "finish", "release")}
+#: Functions the schema must have (the SQL may add helpers of its own): this release's, and those of
+#: versions 1 (0.1) and 2, which instances of older releases call.
+FUNCTIONS = {
+    f"{TABLE}_{name}"
+    for name in (
+        "now", "claim", "claim_v2", "heartbeat", "finish", "release",
+        "claim_v3", "finish_v3", "release_v3", "pause_v3", "request_run_v3", "state_v3",
+    )
+}  # fmt: skip
+#: The tables of the schema: the runs, the jobs, the requests for manual runs, the schema version.
+TABLES = (TABLE, f"{TABLE}_jobs", f"{TABLE}_requests", f"{TABLE}_meta")
 
 
 def _unique(prefix: str) -> str:
@@ -137,7 +149,7 @@ def test_url_options_schema_table_and_max_connections_apply(schema: str, opened:
     assert (store.schema, store.table) == (schema, "myruns")
     _win(store, job="setup")
     tables = {r[0] for r in _query("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))}
-    assert tables == {"myruns", "myruns_jobs", "myruns_meta"}
+    assert tables == {"myruns", "myruns_jobs", "myruns_requests", "myruns_meta"}
 
     results: List[object] = []
     lock = threading.Lock()
@@ -346,9 +358,10 @@ def _counting_pool(statements: List[str], maxconn: int = 2) -> psycopg2.pool.Thr
     )
 
 
-def test_claim_heartbeat_finish_and_release_are_one_statement_each(schema: str) -> None:
-    """Once the schema exists, claim, heartbeat, finish and release each execute exactly one
-    statement on an autocommit connection (one round trip, no transaction left open)."""
+def test_every_operation_is_one_statement(schema: str) -> None:
+    """Once the schema exists, claim, heartbeat, finish and release, pause and resume, request_run
+    and its manual claim, and the reads of pauses and requests each execute exactly one statement
+    on an autocommit connection (one round trip, no transaction left open)."""
     statements: List[str] = []
     pool = _counting_pool(statements, maxconn=1)
     try:
@@ -370,6 +383,15 @@ def test_claim_heartbeat_finish_and_release_are_one_statement_each(schema: str) 
         assert again.outcome == "won" and again.run is not None
         assert count("release", lambda: store.release(JOB, slot + 1, again.run.token)) is True
         assert count("refused heartbeat", lambda: store.heartbeat(JOB, slot, claim.run.token, 30_000)) is False
+        assert count("pause", lambda: store.pause(JOB, by="ops", note="why")).paused
+        assert count("paused claim", lambda: store.claim(JOB, slot + 2, runner="r1")).outcome == "paused"
+        assert count("job_state", lambda: store.job_state(JOB)).note == "why"
+        assert count("resume", lambda: store.resume(JOB, by="ops")) == JobState(JOB)
+        made = count("request_run", lambda: store.request_run(JOB, by="ops"))
+        assert count("pending_requests", lambda: store.pending_requests()) == [made]
+        assert count("job_states", lambda: store.job_states())[0].requests == (made,)
+        manual = count("manual claim", lambda: store.claim(JOB, made.slot_ms, runner="r1", reason="manual"))
+        assert manual.won
         assert counts == dict.fromkeys(counts, 1), counts
         conn = pool.getconn()
         try:
@@ -410,7 +432,7 @@ def test_a_role_without_superuser_or_create_on_the_database_can_use_a_schema_it_
             assert store.finish(JOB, run.slot_ms, run.token, "success")
             assert [r.status for r in store.runs(JOB)] == ["success"]
         owners = _query("SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'lc_owned'", dbname=dbname)
-        assert sorted(owners) == sorted((t, role) for t in (TABLE, f"{TABLE}_jobs", f"{TABLE}_meta"))
+        assert sorted(owners) == sorted((t, role) for t in TABLES)
         functions = _query(
             "SELECT p.proname, pg_get_userbyid(p.proowner) FROM pg_proc p"
             " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lc_owned'",
@@ -437,7 +459,7 @@ def _meta(schema: str, table: str = TABLE) -> List[Tuple[str, str]]:
 
 
 def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrate_again(schema: str) -> None:
-    """The first store stamps schema_version = 2 in <table>_meta; a second store on the same schema
+    """The first store stamps schema_version = 3 in <table>_meta; a second store on the same schema
     reads the version and runs no migration (no CREATE FUNCTION/TABLE, no new stamp), keeping
     the tables and their data."""
     first = PostgresStore(_base_url(), schema=schema)
@@ -445,8 +467,8 @@ def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrat
         run = _win(first)
     finally:
         first.close()
-    assert SCHEMA_VERSION == 2
-    assert _meta(schema) == [("schema_version", "2")]
+    assert SCHEMA_VERSION == 3
+    assert _meta(schema) == [("schema_version", "3")]
     oids = _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid")
 
     statements: List[str] = []
@@ -460,7 +482,7 @@ def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrat
     assert "schema_version" in text  # it did read the version
     assert "CREATE FUNCTION" not in text and f"CREATE TABLE {schema}.{TABLE} " not in text
     assert "INSERT INTO" not in text
-    assert _meta(schema) == [("schema_version", "2")]
+    assert _meta(schema) == [("schema_version", "3")]
     assert _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid") == oids
 
 
@@ -479,44 +501,128 @@ def test_a_schema_stamped_by_a_newer_version_is_refused_with_upgrade_advice(sche
     assert _meta(schema) == [("schema_version", "99")]
 
 
+def _old_schema(schema: str, version: int) -> None:
+    """The schema as the release of schema ``version`` left it: its migrations, its stamp."""
+    _query(f"CREATE SCHEMA {schema}")
+    for migration in migrations("postgres")[:version]:
+        _query(render(without_comments(migration.text), schema=schema, table=TABLE))
+    _query(f"CREATE TABLE {schema}.{TABLE}_meta (key text PRIMARY KEY, value text NOT NULL)")
+    _query(f"INSERT INTO {schema}.{TABLE}_meta VALUES ('schema_version', %s)", (str(version),))
+
+
+def _old_claim(schema: str, function: str, slot: int, token: str, runner: str) -> str:
+    """A claim by an older release's claim function (0.1's ``claim`` or 0.2's ``claim_v2``): its outcome."""
+    ((outcome,),) = _query(
+        f"SELECT c.outcome FROM {schema}.{TABLE}_{function}(%s, %s, %s, %s, 'schedule',"
+        " 30000, 3, 3600000, 'allow', 100) c",
+        (JOB, slot, token, runner),
+    )
+    return str(outcome)
+
+
+def _functions(schema: str, like: str) -> List[Tuple[Any, ...]]:
+    return _query(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname LIKE %s ORDER BY p.proname",
+        (schema, like),
+    )
+
+
+def _older_runs(schema: str, function: str) -> Tuple[int, Dict[str, int]]:
+    """Runs written by an older release's functions, one of each kind: (now, {kind: slot})."""
+    ((now,),) = _query(f"SELECT {schema}.{TABLE}_now()")
+    slots = {kind: now - 60_000 + i * 1_000 for i, kind in enumerate(["success", "failed", "running", "released"])}
+    for kind, slot in slots.items():
+        assert _old_claim(schema, function, slot, f"tok-{kind}", "old") == "won"
+    _query(f"SELECT {schema}.{TABLE}_finish(%s, %s, 'tok-success', 'success', NULL)", (JOB, slots["success"]))
+    _query(f"SELECT {schema}.{TABLE}_finish(%s, %s, 'tok-failed', 'failed', 'boom')", (JOB, slots["failed"]))
+    _query(f"SELECT {schema}.{TABLE}_release(%s, %s, 'tok-released')", (JOB, slots["released"]))
+    return now, slots
+
+
+def _one_attempt_each(store: PostgresStore, slots: Dict[str, int]) -> None:
+    """Each run an older release wrote reads as the one attempt its own fields describe."""
+    for kind, slot in slots.items():
+        run = store.get_run(JOB, slot)
+        assert run is not None, kind
+        assert run.attempts == (Attempt(1, "old", "schedule", run.started_ms, run.finished_ms, run.status, run.error),)
+    assert store.runs(JOB) == [store.get_run(JOB, slot) for slot in sorted(slots.values(), reverse=True)]
+
+
+def _carry_on(store: PostgresStore, slots: Dict[str, int]) -> None:
+    """This release's operations on runs an older release wrote record their attempts from there on."""
+    released = store.claim(JOB, slots["released"], runner="new", reason="takeover")
+    assert released.outcome == "won" and released.run is not None
+    first, second = released.run.attempts
+    assert (first.number, first.runner, first.outcome, second.number, second.runner, second.outcome) == (
+        1, "old", "handed_over", 2, "new", "running",
+    )  # fmt: skip
+    assert store.finish(JOB, slots["running"], "tok-running", "success")
+    done = store.get_run(JOB, slots["running"])
+    assert done is not None and [(a.number, a.runner, a.outcome) for a in done.attempts] == [(1, "old", "success")]
+    assert done.attempts[0].ended_ms == done.finished_ms
+
+
 def test_a_version_1_schema_of_0_1_migrates_and_claims_by_this_releases_rules(schema: str) -> None:
-    """A schema as leasecron 0.1 left it (migration 1, 0.1's functions, stamped version 1, a run its
-    claim function won) is migrated by the next store that opens it: migration 2 adds the claim
-    function of this release, {table}_claim_v2, beside 0.1's, which stays as it was (instances of 0.1
-    still call it); the run stays, the retry of the claim that won it is told won (rule 2, which 0.1's
-    function lacks) and the stamp is 2."""
+    """A schema as leasecron 0.1 left it (migration 1 exactly, stamped version 1, runs its functions
+    won, finished and released) is migrated by the next store that opens it: migrations 2 and 3 add
+    this release's functions beside 0.1's, which stay as they were (instances of 0.1 still call
+    them); each run reads as one attempt made of its own fields; the retry of the claim that won a
+    run is told won (rule 2, which 0.1's function lacks); and the stamp is 3."""
     first = migrations("postgres")[0]
     assert first.version == 1
-    _query(f"CREATE SCHEMA {schema}")
-    _query(render(without_comments(first.text), schema=schema, table=TABLE))
-    _query(f"CREATE TABLE {schema}.{TABLE}_meta (key text PRIMARY KEY, value text NOT NULL)")
-    _query(f"INSERT INTO {schema}.{TABLE}_meta VALUES ('schema_version', '1')")
-    ((now,),) = _query(f"SELECT {schema}.{TABLE}_now()")
-    slot = now - 1_000
-    claimed = _query(
-        f"SELECT c.outcome, (c.run).token FROM {schema}.{TABLE}_claim(%s, %s, 'tok-0.1', 'r1', 'schedule',"
-        " 30000, 3, 30000, 'skip', 100) c",
-        (JOB, slot),
-    )
-    assert claimed == [("won", "tok-0.1")]
+    _old_schema(schema, 1)
+    now, slots = _older_runs(schema, "claim")
     old_claim = _query(f"SELECT prosrc FROM pg_proc WHERE oid = '{schema}.{TABLE}_claim'::regproc")
 
     with PostgresStore(_base_url(), schema=schema) as store:
-        run = store.get_run(JOB, slot)
-        assert run is not None and (run.attempt, run.token, run.runner) == (1, "tok-0.1", "r1")
-        retry = store.claim(JOB, slot, runner="r1", token="tok-0.1")
+        _one_attempt_each(store, slots)
+        slot = slots["running"]
+        retry = store.claim(JOB, slot, runner="old", token="tok-running")
         assert retry.outcome == "won" and retry.run is not None
-        assert (retry.run.attempt, retry.run.token) == (1, "tok-0.1")
+        assert (retry.run.attempt, retry.run.token, len(retry.run.attempts)) == (1, "tok-running", 1)
         assert store.claim(JOB, slot, runner="r2").outcome == "running"
-        assert store.finish(JOB, slot, "tok-0.1", "success")
-    assert _meta(schema) == [("schema_version", "2")]
-    functions = _query(
-        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = %s AND p.proname LIKE %s ORDER BY p.proname",
-        (schema, f"{TABLE}_claim%"),
-    )
-    assert functions == [(f"{TABLE}_claim",), (f"{TABLE}_claim_v2",)]
+        _carry_on(store, slots)
+        assert store.claim(JOB, now, runner="new", overlap="allow").outcome == "won"
+    assert _meta(schema) == [("schema_version", "3")]
+    assert _functions(schema, f"{TABLE}_claim%") == [
+        (f"{TABLE}_claim",),
+        (f"{TABLE}_claim_v2",),
+        (f"{TABLE}_claim_v3",),
+    ]
     assert _query(f"SELECT prosrc FROM pg_proc WHERE oid = '{schema}.{TABLE}_claim'::regproc") == old_claim
+
+
+def test_a_version_2_schema_migrates_and_its_release_keeps_working_beside_this_one(schema: str) -> None:
+    """A schema of version 2 (the release before this one) with runs of every kind is migrated to 3
+    without losing one: each reads as one attempt made of its own fields, and this release records
+    attempts on them from there on. A connection of the older release, opened before the migration,
+    goes on calling its functions after it (the runs table grew two columns)."""
+    _old_schema(schema, 2)
+    now, slots = _older_runs(schema, "claim_v2")
+    old = _admin()
+    try:
+        with old.cursor() as cur:  # an instance of the older release, its plans cached before the migration
+            cur.execute(f"SELECT c.outcome FROM {schema}.{TABLE}_claim_v2(%s, %s, 'tok-a', 'old', 'schedule',"
+                        " 30000, 3, 3600000, 'allow', 100) c", ("older", now - 1_000))  # fmt: skip
+            assert cur.fetchone() == ("won",)
+        with PostgresStore(_base_url(), schema=schema) as store:
+            _one_attempt_each(store, slots)
+            assert _meta(schema) == [("schema_version", "3")]
+            with old.cursor() as cur:
+                cur.execute(f"SELECT {schema}.{TABLE}_finish('older', %s, 'tok-a', 'success', NULL)", (now - 1_000,))
+                assert cur.fetchone() == (True,)
+                cur.execute(f"SELECT c.outcome, (c.run).attempt FROM {schema}.{TABLE}_claim_v2('older', %s, 'tok-b',"
+                            " 'old', 'schedule', 30000, 3, 3600000, 'allow', 100) c", (now,))  # fmt: skip
+                assert cur.fetchone() == ("won", 1)
+            older = store.get_run("older", now - 1_000)
+            assert older is not None and [(a.runner, a.outcome) for a in older.attempts] == [("old", "success")]
+            _carry_on(store, slots)
+            state = store.pause(JOB, by="ops")
+            assert state.paused and store.claim(JOB, now, runner="new").outcome == "paused"
+    finally:
+        old.close()
+    assert FUNCTIONS <= {name for (name,) in _functions(schema, f"{TABLE}_%")}
 
 
 def _open_and_claim(url: str, job: str, barrier: Any, results: Any) -> None:
@@ -540,7 +646,7 @@ def test_processes_opening_a_fresh_schema_at_once_all_succeed_and_create_it_once
     url = f"{_base_url()}?schema={schema}"
     results = race_in_processes(_open_and_claim, [(url, f"j{i}") for i in range(4)], timeout=60)
     assert sorted(results) == [(f"j{i}", "won") for i in range(4)]
-    assert _meta(schema) == [("schema_version", "2")]
+    assert _meta(schema) == [("schema_version", "3")]
     assert _query("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)) == [(1,)]
     functions = _query(
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s",
@@ -564,6 +670,20 @@ def test_a_schema_name_with_capitals_can_be_opened_twice(opened: Callable[..., A
         assert _query("SELECT count(*) FROM pg_namespace WHERE lower(nspname) = %s", (name.lower(),)) == [(1,)]
     finally:
         _query(f"DROP SCHEMA IF EXISTS {name.lower()} CASCADE")
+
+
+def test_a_reader_of_a_version_2_schema_finds_no_pause_and_no_request_and_changes_nothing(schema: str) -> None:
+    """A store opened with create=False on a schema of version 2 reads it as it is: its runs as one
+    attempt each, no job paused, no request; the schema stays at version 2, without the requests table."""
+    _old_schema(schema, 2)
+    _, slots = _older_runs(schema, "claim_v2")
+    with leasecron.open_store(f"{_base_url()}?schema={schema}", create=False) as reader:
+        assert isinstance(reader, PostgresStore)
+        _one_attempt_each(reader, slots)
+        assert reader.job_state(JOB) == JobState(JOB)
+        assert reader.job_states() == [] and reader.pending_requests() == []
+    assert _meta(schema) == [("schema_version", "2")]
+    assert _query("SELECT to_regclass(%s)", (f"{schema}.{TABLE}_requests",)) == [(None,)]
 
 
 # -- 6. Namespacing ---------------------------------------------------------------------------------
@@ -714,3 +834,132 @@ def test_a_child_forked_while_a_thread_holds_the_pool_lock_can_use_the_store(
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert store.get_run("child", store.runs("child")[0].slot_ms) is not None
     assert store.claim("parent2", store.now_ms() - 1_000, runner="r").won  # the parent's pool still works
+
+
+# -- 8. Pauses, requests and attempts -----------------------------------------------------------------
+
+
+def test_a_pause_is_decided_inside_the_claim_under_the_jobs_lock(schema: str, opened: Callable[..., Any]) -> None:
+    """Rule 16 is checked by the claim itself, once it holds the job's advisory lock: a pause that
+    another session commits while the claim waits for that lock (written straight into
+    <table>_jobs, under the lock, as pause does) makes the claim paused; nothing is written."""
+    app = _unique("lc_app")
+    store = opened(f"{_base_url()}?schema={schema}&application_name={app}")
+    assert store.job_states() == []  # the schema exists
+    slot = store.now_ms() - 1_000
+    answers: List[object] = []
+
+    def claim() -> None:
+        try:
+            answers.append(store.claim(JOB, slot, runner="r1").outcome)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            answers.append(exc)
+
+    blocker = _admin()
+    thread = threading.Thread(target=claim, daemon=True)
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT {schema}.{TABLE}_lock(%s)", (JOB,))
+            cur.execute(
+                f"INSERT INTO {schema}.{TABLE}_jobs (job, finished, paused_by, paused_ms) VALUES (%s, 0, 'ops', 0)",
+                (JOB,),
+            )
+        thread.start()
+        wait_for(lambda: any(b[1] == "Lock" for b in _backends(app)), 5, message="the claim never waited for the lock")
+        assert answers == []
+    finally:
+        with blocker.cursor() as cur:
+            cur.execute("COMMIT")
+        blocker.close()
+    thread.join(10)
+    assert answers == ["paused"]
+    assert store.get_run(JOB, slot) is None and store.jobs() == []
+    assert store.job_state(JOB).paused_by == "ops"
+
+
+def _plan_nodes(node: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_pending_requests_reads_the_partial_index_of_the_pending_requests(
+    schema: str, opened: Callable[..., Any]
+) -> None:
+    """Among 39,000 requests that ended and 520 pending ones whose time ran out, of 500 jobs, the
+    planner answers pending_requests() from the partial index of pending requests, starting at the
+    store's now (an index condition on expires_ms): no scan of the table, none of what expired."""
+    store = opened(f"{_base_url()}?schema={schema}")
+    assert store.pending_requests() == []  # the schema exists
+    now = store.now_ms()
+    requests = f"{schema}.{TABLE}_requests"
+    _query(
+        f"INSERT INTO {requests} SELECT 'job' || (i %% 500), i, 'ops', %s - i,"
+        " (ARRAY['claimed', 'skipped', 'expired', 'pending'])[1 + i %% 4]"
+        " FROM generate_series(1, 52000) i WHERE i %% 4 <> 3 OR i %% 100 = 3",
+        (now,),
+    )
+    made = [store.request_run(f"fresh{i}", by="ops") for i in range(3)]
+    _query(f"ANALYZE {requests}")
+    assert _query(f"SELECT count(*) FROM {requests}") == [(39000 + 520 + 3,)]
+    assert store.pending_requests() == made
+    sql = load_queries("postgres", schema=schema, table=TABLE)["pending_requests"]
+    ((plan,),) = _query(f"EXPLAIN (FORMAT JSON) {sql}")
+    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    on_table = [n["Node Type"] for n in nodes if n.get("Relation Name") == f"{TABLE}_requests"]
+    assert on_table and "Seq Scan" not in on_table, on_table
+    (index,) = [n for n in nodes if n.get("Index Name") == f"{TABLE}_requests_pending"]
+    assert "expires_ms >=" in index["Index Cond"], index
+
+
+def test_a_tampered_attempts_or_request_is_a_store_error_naming_the_job(
+    schema: str, opened: Callable[..., Any]
+) -> None:
+    """Attempts or a request state that were tampered with raise StoreError naming the job, never a
+    TypeError or KeyError from deep inside."""
+    store = opened(f"{_base_url()}?schema={schema}")
+    run = _win(store)
+    made = store.request_run(JOB, by="ops")
+    _query(f'UPDATE {schema}.{TABLE} SET attempts = \'[{{"number": "x"}}]\' WHERE job = %s', (JOB,))
+    with pytest.raises(StoreError, match=f"{JOB}.*{run.slot_ms}"):
+        store.get_run(JOB, run.slot_ms)
+    _query(f"UPDATE {schema}.{TABLE}_requests SET state = 'lost' WHERE job = %s", (JOB,))
+    with pytest.raises(StoreError, match=f"request of job '{JOB}'"):
+        store.job_state(JOB)
+    assert made.pending
+
+
+def test_attempts_are_written_out_only_when_the_runs_own_fields_cannot_say_them(
+    schema: str, opened: Callable[..., Any]
+) -> None:
+    """A won run, and the same run finished, keep attempts NULL (their one attempt is the run's own
+    fields, and reads so); a takeover writes them out, as JSON numbers and text, and finish then
+    ends the last one in place."""
+    store = opened(f"{_base_url()}?schema={schema}")
+
+    def stored_attempts(slot: int) -> Any:
+        ((attempts,),) = _query(f"SELECT attempts FROM {schema}.{TABLE} WHERE job = %s AND slot_ms = %s", (JOB, slot))
+        return attempts
+
+    done = _win(store, ago_ms=2_000)
+    assert stored_attempts(done.slot_ms) is None
+    assert store.finish(JOB, done.slot_ms, done.token, "failed", "boom")
+    assert stored_attempts(done.slot_ms) is None
+    finished = store.get_run(JOB, done.slot_ms)
+    assert finished is not None and finished.attempts == (
+        Attempt(1, "r1", "schedule", done.started_ms, finished.finished_ms, "failed", "boom"),
+    )
+    first = _win(store, lease_ms=1)
+    wait_for(lambda: store.now_ms() > first.lease_end_ms, interval=0.001)
+    second = store.claim(JOB, first.slot_ms, runner="r2", reason="takeover").run
+    assert second is not None and second.attempt == 2
+    assert store.finish(JOB, first.slot_ms, second.token, "success")
+    attempts = stored_attempts(first.slot_ms)
+    assert attempts == [
+        {"number": 1, "runner": "r1", "reason": "schedule", "started_ms": first.started_ms,
+         "ended_ms": first.lease_end_ms, "outcome": "expired", "error": None},
+        {"number": 2, "runner": "r2", "reason": "takeover", "started_ms": second.started_ms,
+         "ended_ms": attempts[1]["ended_ms"], "outcome": "success", "error": None},
+    ]  # fmt: skip
+    assert [a.to_dict() for a in store.runs(JOB)[0].attempts] == attempts

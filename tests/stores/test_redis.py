@@ -10,6 +10,7 @@ its own in ``tmp_path`` where the test needs a server nobody else talks to.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import datetime, timezone
@@ -22,9 +23,11 @@ import redis.cluster
 import redis.connection
 
 import leasecron
-from leasecron import ConfigError, Run, Store, StoreUnavailable
-from leasecron.runs import slot_datetime
-from leasecron.stores.redis import RedisStore, job_keys
+from leasecron import ConfigError, Run, Store, StoreError, StoreUnavailable
+from leasecron.controls import JobState
+from leasecron.runs import Attempt, slot_datetime
+from leasecron.stores.redis import RedisStore, control_keys, job_keys
+from leasecron.stores.redis_scripts import index_member
 from tests import servers
 from tests.conftest import SERVERS, Backend, ClusterBackend, RedisBackend, ValkeyBackend, unavailable
 from tests.helpers import wait_for
@@ -277,6 +280,15 @@ def test_a_users_client_works_and_close_leaves_it_open(redis_like: Backend, deco
         assert store.runs("job") == [done]
         assert store.jobs() == ["job"]
         assert store.server_version().split()[0] in ("Redis", "Valkey")
+        paused = store.pause("job", by="ops ✓", note="why ✓")
+        made = store.request_run("job", by="ops ✓")
+        assert store.job_states() == [store.job_state("job")] == [
+            JobState("job", True, "ops ✓", paused.paused_ms, "why ✓", (made,))
+        ]
+        assert store.pending_requests() == [made]
+        manual = store.claim("job", made.slot_ms, runner="r", reason="manual", overlap="allow").run
+        assert manual is not None and [a.outcome for a in manual.attempts] == ["running"]
+        assert store.pending_requests() == []
 
         connection_id = client.client_id()
         store.close()
@@ -547,47 +559,57 @@ def test_server_version_names_valkey_not_its_fake_redis_version(tmp_path: Path) 
 # -- 7. a real cluster -------------------------------------------------------------------------------------
 
 
-def test_cluster_spreads_jobs_over_the_masters_and_keeps_each_job_on_one_node(tmp_path: Path) -> None:
-    """Through ?cluster=true, 30 jobs' runs land on all three masters; each job's four keys sit on
-    one node; jobs() lists exactly the 30 names; runs() and unfinished() work for each."""
+@pytest.fixture
+def on_cluster(tmp_path: Path) -> Iterator[Tuple[Store, List[redis.Redis], str]]:
+    """A store on the session's 3-master cluster (through ?cluster=true) with a prefix of this
+    test's own, a client of each master node, and the prefix."""
     backend = ClusterBackend(tmp_path)
-    cluster = SERVERS.cluster()
     store = backend.open()
-    nodes = [node.client(socket_timeout=5) for node in cluster.nodes]
-    prefix = backend.namespace
-    names = [f"job-{i}" for i in range(30)]
+    nodes = [node.client(socket_timeout=5) for node in SERVERS.cluster().nodes]
     try:
-        assert isinstance(store.client, redis.cluster.RedisCluster)
-        slot = recent_second(store)
-        runs: Dict[str, Tuple[Run, Run]] = {}
-        for name in names:
-            first = store.claim(name, slot, runner="r", lease_ms=LONG).run
-            assert first is not None
-            assert store.finish(name, slot, first.token, "success")
-            second = store.claim(name, slot + 1_000, runner="r", lease_ms=LONG).run
-            assert second is not None
-            runs[name] = (first, second)
-
-        held = [keys_under(node, prefix) for node in nodes]  # SCAN on a node: its own keys only
-        holders: Dict[str, int] = {}
-        for name in names:
-            keys = set(job_keys(prefix, name))
-            on = [i for i, node_keys in enumerate(held) if keys <= node_keys]
-            assert len(on) == 1, (name, on)
-            assert all(not keys & node_keys for i, node_keys in enumerate(held) if i != on[0]), name
-            holders[name] = on[0]
-        assert set(holders.values()) == {0, 1, 2}, holders
-
-        assert store.jobs() == sorted(names)
-        for name in names:
-            first, second = runs[name]
-            assert [r.slot_ms for r in store.runs(name)] == [slot + 1_000, slot]
-            assert store.runs(name)[1].status == "success"
-            assert store.unfinished(name) == [second]
+        yield store, nodes, backend.namespace
     finally:
         for node in nodes:
             node.close()
         backend.close()
+
+
+def holder(held: List[Set[str]], keys: Set[str]) -> int:
+    """The one node whose keys (``held``: each node's) include all of ``keys``; no other holds any."""
+    on = [i for i, node_keys in enumerate(held) if keys <= node_keys]
+    assert len(on) == 1, (keys, on)
+    assert all(not keys & node_keys for i, node_keys in enumerate(held) if i != on[0]), keys
+    return on[0]
+
+
+def test_cluster_spreads_jobs_over_the_masters_and_keeps_each_job_on_one_node(
+    on_cluster: Tuple[Store, List[redis.Redis], str],
+) -> None:
+    """Through ?cluster=true, 30 jobs' runs land on all three masters; each job's four keys sit on
+    one node; jobs() lists exactly the 30 names; runs() and unfinished() work for each."""
+    store, nodes, prefix = on_cluster
+    names = [f"job-{i}" for i in range(30)]
+    assert isinstance(store.client, redis.cluster.RedisCluster)
+    slot = recent_second(store)
+    runs: Dict[str, Tuple[Run, Run]] = {}
+    for name in names:
+        first = store.claim(name, slot, runner="r", lease_ms=LONG).run
+        assert first is not None
+        assert store.finish(name, slot, first.token, "success")
+        second = store.claim(name, slot + 1_000, runner="r", lease_ms=LONG).run
+        assert second is not None
+        runs[name] = (first, second)
+
+    held = [keys_under(node, prefix) for node in nodes]  # SCAN on a node: its own keys only
+    holders = {name: holder(held, set(job_keys(prefix, name))) for name in names}
+    assert set(holders.values()) == {0, 1, 2}, holders
+
+    assert store.jobs() == sorted(names)
+    for name in names:
+        first, second = runs[name]
+        assert [r.slot_ms for r in store.runs(name)] == [slot + 1_000, slot]
+        assert store.runs(name)[1].status == "success"
+        assert store.unfinished(name) == [second]
 
 
 # -- 8. the texts of interrupted runs ------------------------------------------------------------------------
@@ -726,3 +748,308 @@ def test_durability_warning_names_a_server_without_aof(tmp_path: Path, appendonl
         assert warnings == []
     else:
         assert len(warnings) == 1 and "without AOF" in warnings[0] and "appendonly yes" in warnings[0]
+
+
+# -- 9. runs stored by 0.1, pauses, requests and their index ---------------------------------------
+
+
+def write_run_of_0_1(client: Any, prefix: str, job: str, slot: int, **fields: Any) -> Dict[str, Any]:
+    """A run written as leasecron 0.1's Lua wrote it: no attempts and no manual flag, every integer
+    as decimal text; ``fields`` replace the defaults (a running run whose lease ended a while ago).
+    Its slot goes into the job's slots zset and into running or finished by its status."""
+    runs, slots, running, finished = job_keys(prefix, job)
+    run: Dict[str, Any] = {
+        "attempt": "1", "token": "t-0.1", "runner": "old-1", "reason": "schedule", "status": "running",
+        "lease_end_ms": str(slot + 200), "released": "0", "handovers": "0", "started_ms": str(slot + 10),
+    }  # fmt: skip
+    run.update(fields)
+    client.hset(runs, str(slot), json.dumps(run))
+    client.zadd(slots, {str(slot): slot})
+    client.zadd(running if run["status"] == "running" else finished, {str(slot): slot})
+    return run
+
+
+def test_runs_stored_by_0_1_read_as_one_attempt_and_every_change_appends_to_it(redis_like: Backend) -> None:
+    """A 0.1 record (no attempts field) reads as the one attempt its fields describe; the scripts
+    first make that attempt, then record theirs: a takeover ends it expired at its lease end (or
+    handed_over when it was released), finish ends it, a newer run's claim interrupts it."""
+    store = redis_like.open()
+    prefix = redis_like.namespace
+    client = node_client(redis_like)
+    try:
+        slot = recent_second(store, ago_s=20)
+        write_run_of_0_1(client, prefix, "dead", slot)
+        write_run_of_0_1(client, prefix, "released", slot, released="1", handovers="1", lease_end_ms=str(slot + 90))
+        write_run_of_0_1(client, prefix, "live", slot, lease_end_ms=str(slot + 10**9))
+        write_run_of_0_1(client, prefix, "superseded", slot)
+        write_run_of_0_1(
+            client, prefix, "ended", slot, status="interrupted", error="superseded", finished_ms=str(slot + 500)
+        )
+        one = Attempt(1, "old-1", "schedule", slot + 10, None, "running", None)
+        assert store.get_run("dead", slot).attempts == (one,)  # type: ignore[union-attr]
+        assert store.get_run("ended", slot).attempts == (  # type: ignore[union-attr]
+            Attempt(1, "old-1", "schedule", slot + 10, slot + 500, "interrupted", "superseded"),
+        )
+
+        taken = store.claim("dead", slot, runner="new", reason="takeover", lease_ms=LONG, max_late_ms=ANY_AGE).run
+        assert taken is not None and taken.attempt == 2
+        assert taken.attempts == (
+            Attempt(1, "old-1", "schedule", slot + 10, slot + 200, "expired", None),
+            Attempt(2, "new", "takeover", taken.started_ms, None, "running", None),
+        )
+        stored = json.loads(client.hget(job_keys(prefix, "dead")[0], str(slot)))
+        assert stored["attempts"][0] == {
+            "number": "1", "runner": "old-1", "reason": "schedule", "started_ms": str(slot + 10),
+            "ended_ms": str(slot + 200), "outcome": "expired", "error": None,
+        }  # fmt: skip
+        assert store.finish("dead", slot, taken.token, "failed", error="boom")
+        assert [(a.number, a.outcome, a.error) for a in store.get_run("dead", slot).attempts] == [  # type: ignore
+            (1, "expired", None),
+            (2, "failed", "boom"),
+        ]
+
+        handed = store.claim("released", slot, runner="new", reason="takeover", max_late_ms=ANY_AGE).run
+        assert handed is not None
+        assert [(a.outcome, a.ended_ms) for a in handed.attempts] == [("handed_over", slot + 90), ("running", None)]
+
+        assert store.finish("live", slot, "t-0.1", "success")
+        done = store.get_run("live", slot)
+        assert done is not None and done.finished_ms is not None
+        assert done.attempts == (Attempt(1, "old-1", "schedule", slot + 10, done.finished_ms, "success", None),)
+
+        assert store.claim("superseded", slot + 1_000, runner="new", max_late_ms=ANY_AGE).outcome == "won"
+        old = store.get_run("superseded", slot)
+        assert old is not None and old.status == "interrupted"
+        assert old.attempts == (Attempt(1, "old-1", "schedule", slot + 10, slot + 200, "expired", None),)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "attempts",
+    ['"many"', "[]", "{}", "[1]", '[{"number": "1"}]', '[{"number": "x", "outcome": "running"}]'],
+)
+def test_a_run_with_tampered_attempts_is_a_store_error_naming_it(redis_like: Backend, attempts: str) -> None:
+    """Attempts that are no list of attempts make the Python reads and the scripts refuse the run,
+    with a StoreError naming the job and the slot; the script writes nothing."""
+    store = redis_like.open()
+    client = node_client(redis_like)
+    try:
+        slot = recent_second(store)
+        run = store.claim("job", slot, runner="r", lease_ms=LONG).run
+        assert run is not None
+        key = job_keys(redis_like.namespace, "job")[0]
+        raw = client.hget(key, str(slot)).decode()
+        tampered = raw.replace(raw[raw.index('"attempts":') : raw.index("]", raw.index('"attempts":')) + 1],
+                               f'"attempts":{attempts}')  # fmt: skip
+        assert tampered != raw
+        client.hset(key, str(slot), tampered)
+        for read in (lambda: store.get_run("job", slot), lambda: store.finish("job", slot, run.token, "success")):
+            with pytest.raises(StoreError) as info:
+                read()
+            assert "job" in str(info.value) and str(slot) in str(info.value)
+        assert client.hget(key, str(slot)).decode() == tampered
+    finally:
+        client.close()
+
+
+def test_a_tampered_request_is_a_store_error_naming_it(redis_like: Backend) -> None:
+    """A request whose JSON was tampered with makes job_state and the manual claim of its slot
+    raise StoreError naming the job and the slot; nothing is run."""
+    store = redis_like.open()
+    client = node_client(redis_like)
+    try:
+        made = store.request_run("job", by="ops")
+        requests = control_keys(redis_like.namespace, "job")[1]
+        for garbage in (b"{garbage", b'{"requested_by": "ops", "expires_ms": "soon", "state": "pending"}'):
+            client.hset(requests, str(made.slot_ms), garbage)
+            for call in (
+                lambda: store.job_state("job"),
+                lambda: store.claim("job", made.slot_ms, runner="r", reason="manual"),
+            ):
+                with pytest.raises(StoreError) as info:
+                    call()
+                assert "job" in str(info.value) and str(made.slot_ms) in str(info.value), info.value
+        assert store.get_run("job", made.slot_ms) is None
+    finally:
+        client.close()
+
+
+def test_the_keys_of_pauses_and_requests_are_exactly_the_documented_ones(redis_like: Backend) -> None:
+    """pause writes the job's paused key and <prefix>:controlled; resume deletes paused;
+    request_run writes the job's requests key and <prefix>:pending; each job's six keys share
+    one hash tag and cluster slot. SCAN MATCH <prefix>:* on a fresh prefix."""
+    store = redis_like.open()
+    prefix = redis_like.namespace
+    client = node_client(redis_like)
+    try:
+        paused, requests = control_keys(prefix, "job")
+        controlled, pending = f"{prefix}:controlled", f"{prefix}:pending"
+        store.pause("job", by="ops", note="why")
+        assert keys_under(client, prefix) == {paused, controlled}
+        assert client.type(paused) == b"hash" and client.type(controlled) == b"set"
+        store.resume("job", by="ops")
+        assert keys_under(client, prefix) == {controlled}
+        made = store.request_run("job", by="ops")
+        assert keys_under(client, prefix) == {controlled, requests, pending}
+        assert client.type(requests) == b"hash" and client.type(pending) == b"zset"
+        assert store.claim("job", made.slot_ms, runner="r", reason="manual").outcome == "won"
+        runs, slots, running, _ = job_keys(prefix, "job")
+        assert keys_under(client, prefix) == {controlled, requests, runs, slots, running, f"{prefix}:jobs"}
+        for name in TRICKY_NAMES:
+            keys = job_keys(prefix, name) + control_keys(prefix, name)
+            assert len(set(keys)) == 6 and len({hash_tag(k) for k in keys}) == 1, name
+            assert len({redis.cluster.key_slot(k.encode()) for k in keys}) == 1, name
+    finally:
+        client.close()
+
+
+def test_controls_take_the_documented_round_trips(own_server: servers.Server) -> None:
+    """pause: SADD + EVALSHA; resume, job_state, pending_requests and a paused scheduled claim: one
+    EVALSHA; request_run: SADD + EVALSHA + EVALSHA (the index); a manual claim that wins: EVALSHA +
+    EVALSHA (out of the index). MONITOR sees no other client command."""
+    store = leasecron.open_store(own_server.url("valkey") + "?prefix=ctl")
+    control = own_server.client(socket_timeout=5)
+    watcher = own_server.client(socket_timeout=5)
+    try:
+        warm = store.request_run("w", by="ops")  # loads every script, registers the job
+        assert store.claim("w", warm.slot_ms, runner="r", reason="manual", overlap="allow").outcome == "won"
+        store.pause("w", by="ops")
+        store.resume("w", by="ops")
+        store.job_state("w")
+        marker = uuid.uuid4().hex
+        control_port = str(control.client_info()["addr"]).rsplit(":", 1)[1]
+        slot = recent_second(store)
+        expected = []
+        with watcher.monitor() as monitor:
+            store.pause("w", by="ops", note="n")
+            expected += ["SADD", "EVALSHA"]
+            assert store.claim("w", slot, runner="r").outcome == "paused"
+            expected += ["EVALSHA"]
+            store.resume("w", by="ops")
+            store.job_state("w")
+            expected += ["EVALSHA", "EVALSHA"]
+            made = store.request_run("w", by="ops")
+            expected += ["SADD", "EVALSHA", "EVALSHA"]
+            assert store.pending_requests() == [made]
+            expected += ["EVALSHA"]
+            assert store.claim("w", made.slot_ms, runner="r", reason="manual", overlap="allow").outcome == "won"
+            expected += ["EVALSHA", "EVALSHA"]
+            assert store.pending_requests() == []
+            expected += ["EVALSHA"]
+            control.echo(marker)
+            seen = client_commands(monitor, marker, control_port)
+        assert [c.split()[0].upper() for c in seen] == expected, seen
+    finally:
+        store.close()
+        control.close()
+        watcher.close()
+
+
+def test_pending_requests_reads_the_index_only(own_server: servers.Server) -> None:
+    """pending_requests() is one script that sends TIME and one ZRANGEBYSCORE, however many jobs,
+    runs and ended requests the store holds: its cost grows with the pending requests only."""
+    store = leasecron.open_store(own_server.url("valkey") + "?prefix=idx")
+    control = own_server.client(socket_timeout=5)
+    try:
+        for i in range(40):
+            made = store.request_run(f"job-{i}", by="ops")
+            assert store.claim(f"job-{i}", made.slot_ms, runner="r", reason="manual").outcome == "won"
+        waiting = [store.request_run(f"job-{i}", by="ops") for i in range(3)]
+        control.config_resetstat()
+        assert store.pending_requests() == sorted(waiting, key=lambda r: (r.slot_ms, r.job))
+        names = {key[len("cmdstat_"):]: value["calls"] for key, value in control.info("commandstats").items()}
+        assert names == {"evalsha": 1, "time": 1, "zrangebyscore": 1, "config|resetstat": 1}, names
+    finally:
+        store.close()
+        control.close()
+
+
+def test_the_index_heals_an_entry_left_behind_and_forgets_expired_ones(redis_like: Backend) -> None:
+    """An entry whose removal after the claim was lost (put back here by hand) is listed until an
+    instance's manual claim finds the run (running: a backup) and removes it; an entry that
+    expired is not listed, and the next request_run deletes it."""
+    store = redis_like.open()
+    other = redis_like.open()
+    client = node_client(redis_like)
+    pending = f"{redis_like.namespace}:pending"
+    try:
+        made = store.request_run("job", by="ops")
+        run = store.claim("job", made.slot_ms, runner="r", reason="manual", lease_ms=LONG).run
+        assert run is not None and store.pending_requests() == []
+        member = index_member("job", made.slot_ms, "ops")
+        client.zadd(pending, {member: made.expires_ms})  # as if the removal had failed
+        assert store.pending_requests() == [made]
+        backup = other.claim("job", made.slot_ms, runner="r2", reason="manual")
+        assert backup.outcome == "running" and backup.run == run
+        assert store.pending_requests() == []
+
+        gone = index_member("gone", 5, "ops")
+        client.zadd(pending, {gone: store.now_ms() - 1})
+        assert store.pending_requests() == []
+        assert client.zscore(pending, gone) is not None
+        store.request_run("job", by="ops")
+        assert client.zscore(pending, gone) is None
+    finally:
+        client.close()
+
+
+def test_cluster_keeps_each_jobs_controls_with_its_runs_and_finds_the_requests_of_every_node(
+    on_cluster: Tuple[Store, List[redis.Redis], str],
+) -> None:
+    """On a 3-master cluster, 18 jobs' paused and requests keys sit on the node of their runs;
+    job_states() lists every paused job and every job with requests; pending_requests() finds the
+    requests of jobs on every node in one call; each is claimed once."""
+    store, nodes, prefix = on_cluster
+    names = [f"job-{i}" for i in range(18)]
+    for name in names[::2]:
+        store.pause(name, by="ops", note=name)
+    made = {name: store.request_run(name, by="ops") for name in names[1::2]}
+    assert [s.job for s in store.job_states()] == sorted(names)
+    made.update({name: store.request_run(name, by="ops") for name in names[::2]})  # paused: runs all the same
+    runs_slot = recent_second(store)
+    assert [s.job for s in store.job_states() if s.paused] == sorted(names[::2])
+    assert store.pending_requests() == sorted(made.values(), key=lambda r: (r.slot_ms, r.job))
+    for name in names:
+        assert store.claim(name, made[name].slot_ms, runner="r", reason="manual").outcome == "won"
+        assert store.claim(name, made[name].slot_ms, runner="r2", reason="manual").outcome == "running"
+        assert store.claim(name, runs_slot, runner="r").outcome == ("paused" if name in names[::2] else "overlap")
+    assert store.pending_requests() == []
+    assert store.jobs() == sorted(names)
+    held = [keys_under(node, prefix) for node in nodes]  # SCAN on a node: its own keys only
+    holders = set()
+    for i, name in enumerate(names):
+        runs, slots, running, _ = job_keys(prefix, name)
+        paused, requests = control_keys(prefix, name)
+        holders.add(holder(held, {runs, slots, running, requests} | ({paused} if i % 2 == 0 else set())))
+    assert holders == {0, 1, 2}
+
+
+def test_a_failed_index_write_fails_request_run_and_a_failed_removal_leaves_the_claim_standing(
+    redis_like: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The two ends of the index's failure cases (the index key made unwritable here): request_run
+    raises StoreError saying the stored request will not be found, and the request reads pending in
+    the job's state, no run started; a manual claim whose removal from the index fails still wins,
+    and the failure is logged."""
+    store = redis_like.open()
+    client = node_client(redis_like)
+    pending = f"{redis_like.namespace}:pending"
+    try:
+        made = store.request_run("job", by="ops")
+        client.delete(pending)
+        client.set(pending, "not a sorted set")
+        with pytest.raises(StoreError) as info:
+            store.request_run("lost", by="ops")
+        assert "no instance will find it" in str(info.value)
+        (lost,) = store.job_state("lost").requests
+        assert lost.pending and store.get_run("lost", lost.slot_ms) is None
+
+        with caplog.at_level("WARNING", logger="leasecron"):
+            claimed = store.claim("job", made.slot_ms, runner="r", reason="manual")
+        assert claimed.outcome == "won"
+        assert any("from the index" in record.getMessage() for record in caplog.records)
+        assert store.job_state("job").requests[0].state == "claimed"
+    finally:
+        client.delete(pending)
+        client.close()

@@ -9,6 +9,7 @@ keeps their structure, which no server checks.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import re
 from pathlib import Path
 from typing import Dict, List
@@ -77,10 +78,18 @@ def test_a_function_carries_the_number_of_the_migration_that_created_it(dialect:
                 assert number is not None and int(number.group(1)) == migration.version, f"{migration.name}: {name}"
 
 
+def _latest_claim_function() -> Migration:
+    """The latest PostgreSQL migration that creates a claim function (``<table>_claim_vN``)."""
+    made = [m for m in migrations("postgres") if re.search(r"FUNCTION \{schema\}\.\{table\}_claim_v\d+\(", m.text)]
+    return made[-1]
+
+
 def test_this_releases_claim_calls_the_claim_function_of_the_latest_migration_that_made_one() -> None:
-    """The claim query calls ``<table>_claim_v2``, the claim function of migration 2."""
-    assert "t_claim_v2(" in load_queries("postgres", schema="s", table="t")["claim"]
-    assert "CREATE FUNCTION s.t_claim_v2(" in _rendered(migrations("postgres")[1])
+    """The claim query calls ``<table>_claim_vN``, the claim function of the latest migration N
+    that made one."""
+    latest = _latest_claim_function()
+    assert f"t_claim_v{latest.version}(" in load_queries("postgres", schema="s", table="t")["claim"]
+    assert f"CREATE FUNCTION s.t_claim_v{latest.version}(" in _rendered(latest)
 
 
 # -- the numbers of the protocol, rendered in ------------------------------------------------------
@@ -109,7 +118,7 @@ def test_the_tolerances_of_the_scripts_are_the_python_constants(monkeypatch: pyt
     ``{LATE_TOLERANCE_MS}`` and ``{EARLY_TOLERANCE_MS}``, filled in from leasecron.runs: changed
     there, they change in every script."""
     numbers = {"LATE_TOLERANCE_MS": LATE_TOLERANCE_MS, "EARLY_TOLERANCE_MS": EARLY_TOLERANCE_MS}
-    assert templates.PROTOCOL_NUMBERS == numbers
+    assert templates.PROTOCOL_NUMBERS.items() >= numbers.items()
     lua = _load_scripts()["claim"].source
     claim_v2 = _rendered(migrations("postgres")[1])
     assert f"local LATE_TOLERANCE_MS = {LATE_TOLERANCE_MS}\n" in lua
@@ -122,6 +131,9 @@ def test_the_tolerances_of_the_scripts_are_the_python_constants(monkeypatch: pyt
     assert "p_max_late + 12345 THEN" in claim_v2 and "p_slot > v_now + 6789 THEN" in claim_v2
     assert "v_now - p_max_late - 12345" in claim_v2
     assert str(LATE_TOLERANCE_MS) not in lua and str(LATE_TOLERANCE_MS) not in claim_v2
+    scripts = {name: text for name, text in _scripts().items() if name not in RELEASED}  # 0.1's are frozen
+    hard_coded = [name for name, text in scripts.items() if re.search(rf"\b{LATE_TOLERANCE_MS}\b", text)]
+    assert hard_coded == []  # every newer script states the 10 s as the number rendered in
 
 
 def test_render_fills_the_names_it_knows_and_leaves_every_other_brace() -> None:
@@ -140,26 +152,48 @@ def _tags(*paths: str) -> List[int]:
     return sorted({int(n) for n in re.findall(r"\brule (\d+)\b", text)})
 
 
-@pytest.mark.parametrize(
-    "implementation, paths",
-    [
-        ("Python (memory, SQLite)", ["rules.py"]),
-        ("Lua (Redis, Valkey)", ["lua/claim.lua", "lua/heartbeat.lua", "lua/finish.lua", "lua/release.lua"]),
-        ("PL/pgSQL (PostgreSQL)", ["sql/postgres/0001_runs.sql", "sql/postgres/0002_claim_token.sql"]),
-    ],
-)
-def test_every_rule_of_the_contract_is_tagged_in_each_implementation(implementation: str, paths: List[str]) -> None:
-    """Rules 1-15 of docs/protocol.rst are each tagged (``rule 4``) where an implementation carries it out."""
-    assert _tags(*paths) == list(range(1, 16)), implementation
+#: Each implementation of the store contract: its files, and (first) the file of its claim.
+IMPLEMENTATIONS = {
+    "Python (memory, SQLite)": ["rules.py"],
+    "Lua (Redis, Valkey)": ["lua/claim.lua"] + sorted(
+        f"lua/{p.name}" for p in (STORES / "lua").glob("*.lua") if p.name not in ("claim.lua", "common.lua")
+    ),
+    "PL/pgSQL (PostgreSQL)": [f"sql/postgres/{m.name}" for m in migrations("postgres")],
+}
+
+
+@pytest.mark.parametrize("implementation", list(IMPLEMENTATIONS))
+def test_every_rule_of_the_contract_is_tagged_in_each_implementation(implementation: str) -> None:
+    """Rules 1-20 of docs/protocol.rst are each tagged (``rule 4``) where an implementation carries it out."""
+    assert _tags(*IMPLEMENTATIONS[implementation]) == list(range(1, 21)), implementation
+
+
+@pytest.mark.parametrize("implementation", list(IMPLEMENTATIONS))
+def test_the_claim_of_each_implementation_carries_the_rules_of_pausing_manual_runs_and_attempts(
+    implementation: str,
+) -> None:
+    """The claim code tags rules 16 (paused), 17 (a manual claim) and 20 (the attempts it records)
+    beside rules 1-12; the code of pause and resume rule 18, and that of request_run rule 19."""
+    paths = IMPLEMENTATIONS[implementation]
+    claim_code = [f"sql/postgres/{_latest_claim_function().name}"] if implementation.startswith("PL") else paths[:1]
+    assert set(_tags(*claim_code)) >= set(range(1, 13)) | {16, 17, 20}, implementation
+    if implementation.startswith("Python"):
+        from leasecron.stores.rules import TableStore
+
+        for method, rule in [("_pause", 18), ("_resume", 18), ("_request_run", 19)]:
+            assert f"# rule {rule}" in inspect.getsource(getattr(TableStore, method)), method
 
 
 def test_the_contract_docstrings_number_the_rules() -> None:
-    """Store.claim states rules 1-12, heartbeat 13, finish 14 and release 15, by number."""
+    """Store.claim states rules 1-12, 16, 17 and 20, heartbeat 13, finish 14, release 15, pause 18 and
+    request_run 19, by number."""
     numbered = {
-        "claim": range(1, 13),
+        "claim": [*range(1, 13), 16, 17, 20],
         "heartbeat": [13],
         "finish": [14],
         "release": [15],
+        "pause": [18],
+        "request_run": [19],
     }
     for method, numbers in numbered.items():
         doc = getattr(Store, method).__doc__ or ""

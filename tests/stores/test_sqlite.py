@@ -11,13 +11,17 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 import pytest
 
 import leasecron
 from leasecron import SQLiteStore
+from leasecron.controls import JobState
+from leasecron.runs import Attempt
+from leasecron.stores.migrations import migrations
+from leasecron.stores.templates import render, without_comments
 from tests.helpers import race_in_processes
 
 JOB = "job"
@@ -51,8 +55,8 @@ def test_database_uses_wal_journal(db: Path) -> None:
         conn.close()
 
 
-def test_schema_is_stamped_with_version_1(db: Path) -> None:
-    """The schema is stamped with version 1 in <table>_meta."""
+def test_schema_is_stamped_with_version_2(db: Path) -> None:
+    """The schema is stamped with version 2 in <table>_meta."""
     with leasecron.open_store(_url(db, table="myruns")) as store:
         _win(store)
     conn = sqlite3.connect(db)
@@ -60,10 +64,10 @@ def test_schema_is_stamped_with_version_1(db: Path) -> None:
         rows = conn.execute("SELECT key, value FROM myruns_meta").fetchall()
     finally:
         conn.close()
-    assert rows == [("schema_version", "1")]
+    assert rows == [("schema_version", "2")]
 
 
-@pytest.mark.parametrize("query", ["interrupt_expired", "live_before", "running"])
+@pytest.mark.parametrize("query", ["running"])
 def test_queries_of_running_runs_search_the_running_index(db: Path, query: str) -> None:
     """The queries a claim makes about running runs search the partial index of running rows,
     never the job's whole history (a claim's cost must not grow with history_size)."""
@@ -72,12 +76,26 @@ def test_queries_of_running_runs_search_the_running_index(db: Path, query: str) 
         assert isinstance(store, SQLiteStore)
         sql = store._q[query]
     params = {"job": JOB, "before_ms": 1, "now_ms": 1, "why": "x"}
+    assert "USING INDEX myruns_running" in _plan(db, sql, params)
+
+
+def _plan(db: Path, sql: str, params: Dict[str, Any]) -> str:
     conn = sqlite3.connect(db)
     try:
-        plan = " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        return " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     finally:
         conn.close()
-    assert "USING INDEX myruns_running" in plan, plan
+
+
+def test_pending_requests_search_the_index_of_pending_requests(db: Path) -> None:
+    """pending_requests() reads a range of the partial index of the pending requests that are not
+    expired: its cost grows with them, never with the runs, the jobs or the ended requests."""
+    with leasecron.open_store(_url(db, table="myruns")) as store:
+        store.request_run(JOB, by="ops")
+        assert isinstance(store, SQLiteStore)
+        sql = store._q["pending"]
+    plan = _plan(db, sql, {"now_ms": 1})
+    assert "USING INDEX myruns_pending (expires_ms>?)" in plan, plan
 
 
 @pytest.mark.parametrize("create", [True, False])
@@ -87,19 +105,19 @@ def test_newer_schema_version_raises_store_error(db: Path, create: bool) -> None
     with leasecron.open_store(_url(db)) as store:
         run = _win(store)
     conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("UPDATE leasecron_runs_meta SET value = '2' WHERE key = 'schema_version'")
+    conn.execute("UPDATE leasecron_runs_meta SET value = '3' WHERE key = 'schema_version'")
     conn.close()
 
     with SQLiteStore.from_url(_url(db), create=create) as store:
         with pytest.raises(leasecron.StoreError, match="upgrad") as info:
             store.claim(JOB, store.now_ms() - 1_000, runner="r2")
-        assert "2" in str(info.value)
+        assert "3" in str(info.value)
         with pytest.raises(leasecron.StoreError, match="upgrad"):
             store.get_run(JOB, run.slot_ms)
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("SELECT COUNT(*) FROM leasecron_runs").fetchone()[0] == 1
-        assert conn.execute("SELECT value FROM leasecron_runs_meta").fetchone()[0] == "2"
+        assert conn.execute("SELECT value FROM leasecron_runs_meta").fetchone()[0] == "3"
     finally:
         conn.close()
 
@@ -507,3 +525,174 @@ def test_processes_opening_a_fresh_file_at_once_agree(tmp_path: Path) -> None:
     with leasecron.open_store(url) as store:
         run: Optional[leasecron.Run] = store.get_run(JOB, slot)
         assert run is not None and run.runner == next(c[0] for c in collected if c[1] == "won")
+
+
+# -- a store that leasecron 0.1 created ----------------------------------------------------------
+
+#: What leasecron 0.1 created in a file: migration 1 is exactly its schema (a released migration is
+#: never edited: test_scripts checks its sha256), and 0.1 stamped it version 1.
+SCHEMA_0_1 = render(without_comments(migrations("sqlite")[0].text), table="old_runs") + """
+CREATE TABLE IF NOT EXISTS old_runs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO old_runs_meta (key, value) VALUES ('schema_version', '1');
+"""
+
+
+def _store_of_0_1(db: Path, now: int) -> Dict[str, Dict[str, Any]]:
+    """A file with 0.1's schema and runs written the 0.1 way (no attempts); the rows by name."""
+    base = {"released": 0, "handovers": 0, "error": None, "finished_ms": None, "reason": "schedule"}
+    rows = {
+        "success": dict(base, job=JOB, slot_ms=now - 40_000, attempt=2, token="t1", runner="r2", status="success",
+                        lease_end_ms=now - 30_000, handovers=1, reason="takeover", started_ms=now - 39_000,
+                        finished_ms=now - 38_000),
+        "failed": dict(base, job=JOB, slot_ms=now - 30_000, attempt=1, token="t2", runner="r1", status="failed",
+                       lease_end_ms=now - 20_000, error="boom", started_ms=now - 29_000, finished_ms=now - 28_000),
+        "interrupted": dict(base, job=JOB, slot_ms=now - 20_000, attempt=1, token="t3", runner="r1",
+                            status="interrupted", lease_end_ms=now - 19_000, error="superseded",
+                            started_ms=now - 20_000, finished_ms=now - 10_000),
+        "expired": dict(base, job=JOB, slot_ms=now - 10_000, attempt=1, token="t4", runner="r1", status="running",
+                        lease_end_ms=now - 5_000, started_ms=now - 10_000),
+        "live": dict(base, job="other", slot_ms=now - 10_000, attempt=3, token="t5", runner="r3", status="running",
+                     lease_end_ms=now + 60_000, handovers=2, reason="takeover", started_ms=now - 9_000),
+        "released": dict(base, job="handed", slot_ms=now - 10_000, attempt=1, token="t6", runner="r1",
+                         status="running", lease_end_ms=now - 8_000, released=1, handovers=1,
+                         started_ms=now - 10_000),
+    }  # fmt: skip
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.executescript(SCHEMA_0_1)
+        for row in rows.values():
+            names, marks = ", ".join(row), ", ".join("?" * len(row))
+            conn.execute(f"INSERT INTO old_runs ({names}) VALUES ({marks})", list(row.values()))
+    finally:
+        conn.close()
+    return rows
+
+
+def _one_attempt(row: Dict[str, Any]) -> Tuple[Attempt, ...]:
+    """The attempt a run stored without attempts reads as: made of the run's own fields."""
+    outcome = row["status"]
+    ended = row["finished_ms"]
+    return (Attempt(row["attempt"], row["runner"], row["reason"], row["started_ms"], ended, outcome, row["error"]),)
+
+
+def test_a_store_of_0_1_is_read_without_create_and_holds_no_controls(db: Path) -> None:
+    """A store opened with create=False on a 0.1 file (not migrated) reads its runs, each as one
+    attempt made of its fields, and no pause and no request; the file stays at version 1."""
+    now = int(time.time() * 1000)
+    rows = _store_of_0_1(db, now)
+    with SQLiteStore.from_url(_url(db, table="old_runs"), create=False) as reader:
+        for row in rows.values():
+            run = reader.get_run(row["job"], row["slot_ms"])
+            assert run is not None and run.attempts == _one_attempt(row)
+        assert reader.jobs() == sorted({JOB, "other", "handed"})
+        assert reader.job_state(JOB) == JobState(JOB)
+        assert reader.job_states() == [] and reader.pending_requests() == []
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT value FROM old_runs_meta").fetchone()[0] == "1"
+    finally:
+        conn.close()
+
+
+def test_a_store_of_0_1_is_migrated_and_its_runs_go_on(db: Path) -> None:
+    """A 0.2 store migrates a 0.1 file to version 2 on first use: the 0.1 runs read as one attempt
+    each; a takeover, a finish and a hand-over of them record their attempts; pause, resume and
+    manual runs work."""
+    now = int(time.time() * 1000)
+    rows = _store_of_0_1(db, now)
+    with SQLiteStore.from_url(_url(db, table="old_runs")) as store:
+        for row in rows.values():
+            assert stored_run(store, row).attempts == _one_attempt(row)
+        conn = sqlite3.connect(db)
+        try:
+            assert conn.execute("SELECT value FROM old_runs_meta").fetchone()[0] == "2"
+        finally:
+            conn.close()
+
+        expired, live, released = rows["expired"], rows["live"], rows["released"]
+        taken = store.claim(JOB, expired["slot_ms"], runner="backup", reason="takeover").run
+        assert taken is not None and taken.attempt == 2
+        assert [(a.number, a.outcome, a.ended_ms) for a in taken.attempts] == [
+            (1, "expired", expired["lease_end_ms"]),
+            (2, "running", None),
+        ]
+        assert store.finish("other", live["slot_ms"], live["token"], "success")
+        done = stored_run(store, live)
+        assert [(a.number, a.outcome, a.ended_ms) for a in done.attempts] == [(3, "success", done.finished_ms)]
+        handed = store.claim("handed", released["slot_ms"], runner="backup", reason="takeover").run
+        assert handed is not None
+        assert [(a.number, a.outcome, a.ended_ms) for a in handed.attempts] == [
+            (1, "handed_over", released["lease_end_ms"]),
+            (2, "running", None),
+        ]
+
+        assert store.finish(JOB, taken.slot_ms, taken.token, "success")
+        store.pause(JOB, by="ops")
+        assert store.claim(JOB, now - 1_000, runner="r1").outcome == "paused"
+        made = store.request_run(JOB, by="ops")
+        assert store.pending_requests() == [made]
+        manual = store.claim(JOB, made.slot_ms, runner="r1", reason="manual")
+        assert manual.won and manual.run is not None and manual.run.reason == "manual"
+        store.resume(JOB, by="ops")
+        assert store.finish(JOB, made.slot_ms, manual.run.token, "success")
+        assert store.claim(JOB, store.now_ms() - 500, runner="r1").won
+
+
+def stored_run(store: leasecron.Store, row: Dict[str, Any]) -> leasecron.Run:
+    run = store.get_run(row["job"], row["slot_ms"])
+    assert run is not None
+    return run
+
+
+ATTEMPTS_TAMPERED = [
+    "not json",
+    "[]",
+    "{}",
+    "[1]",
+    '[{"runner": "r1"}]',
+    '[{"number": 0, "runner": "r1", "reason": "schedule", "started_ms": 1, "outcome": "running"}]',
+    '[{"number": 1, "runner": 5, "reason": "schedule", "started_ms": 1, "outcome": "running"}]',
+    '[{"number": 1, "runner": "r1", "reason": "schedule", "started_ms": "x", "outcome": "running"}]',
+    '[{"number": 1, "runner": "r1", "reason": "schedule", "started_ms": 1, "outcome": "bogus"}]',
+    '[{"number": 1, "runner": "r1", "reason": "schedule", "started_ms": 1, "ended_ms": [], "outcome": "failed"}]',
+]
+
+
+@pytest.mark.parametrize("attempts", ATTEMPTS_TAMPERED)
+def test_a_run_with_tampered_attempts_is_a_store_error_naming_it(db: Path, attempts: str) -> None:
+    """A run whose attempts column was tampered with raises StoreError naming the job and the slot
+    on every read and claim, never a JSON or type error from deep inside."""
+    with leasecron.open_store(_url(db)) as store:
+        run = _win(store)
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("UPDATE leasecron_runs SET attempts = ?", (attempts,))
+        conn.close()
+        calls = [
+            lambda: store.get_run(JOB, run.slot_ms),
+            lambda: store.runs(JOB),
+            lambda: store.unfinished(JOB),
+            lambda: store.claim(JOB, run.slot_ms, runner="r2"),
+        ]
+        for call in calls:
+            with pytest.raises(leasecron.StoreError, match="unreadable") as info:
+                call()
+            assert repr(JOB) in str(info.value) and str(run.slot_ms) in str(info.value)
+
+
+@pytest.mark.parametrize("column, value", [("state", "bogus"), ("expires_ms", "soon"), ("requested_by", b"ops")])
+def test_a_tampered_request_is_a_store_error_naming_it(db: Path, column: str, value: Any) -> None:
+    """A request whose row was tampered with raises StoreError naming the job and the slot."""
+    with leasecron.open_store(_url(db)) as store:
+        made = store.request_run(JOB, by="ops")
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute(f"UPDATE leasecron_runs_requests SET {column} = ?", (value,))
+        conn.close()
+        calls = [
+            lambda: store.job_state(JOB),
+            store.job_states,
+            lambda: store.claim(JOB, made.slot_ms, runner="r1", reason="manual"),
+        ]
+        for call in calls:
+            with pytest.raises(leasecron.StoreError, match="unreadable") as info:
+                call()
+            assert repr(JOB) in str(info.value) and str(made.slot_ms) in str(info.value)

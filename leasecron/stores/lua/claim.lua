@@ -1,21 +1,26 @@
--- claim.lua: Store.claim, atomically on the server's clock, by rules 1-12 of
--- the store contract (docs/protocol.rst); each branch is tagged with its rule.
--- KEYS: the job's runs, slots, running, finished (see common.lua).
+-- claim.lua: Store.claim, atomically on the server's clock, by rules 1-12,
+-- 16, 17 and 20 of the store contract (docs/protocol.rst); each branch is
+-- tagged with its rule.
+-- KEYS: the job's six keys (see common.lua).
 -- ARGV[1] slot_ms       the slot claimed (decimal string)
 -- ARGV[2] token         the token of the attempt, if this claim wins one; the
 --                       retry of the claim that won the run's current attempt
 --                       (same token and runner, not released) wins it again
 -- ARGV[3] runner        who claims
--- ARGV[4] reason        'schedule', 'catch-up' or 'takeover'
+-- ARGV[4] reason        'schedule', 'catch-up', 'takeover' or 'manual'
 -- ARGV[5] lease_ms      ARGV[6] max_attempts   ARGV[7] max_late_ms
 -- ARGV[8] overlap       'skip' or 'allow'
 -- ARGV[9] history_size  finished runs to keep
 -- ARGV[10] fresh        a new random token, for a next attempt when ARGV[2]
 --                       is the token of the attempt it replaces
--- Returns: {outcome} or {outcome, slot_ms, run JSON}, outcome one of
--- won, running, overlap, late, early, done, none; a claim that stored the
--- job's first run adds a 1: {'won', slot_ms, run JSON, 1} (the caller then
--- adds the job to the jobs set, which lives on another cluster slot).
+-- Returns: {outcome, slot_ms, run JSON, first, requested_by}. outcome is one
+-- of won, running, overlap, late, early, done, none, paused; slot_ms and run
+-- JSON are nil when the answer carries no run; first is 1 when the claim
+-- stored the job's first run (the caller then adds the job to the jobs set,
+-- which lives on another cluster slot), else 0; requested_by is nil, or the
+-- requester of the request at ARGV[1] that is no longer pending (this claim
+-- ended it, or a manual claim found it ended): the caller then takes it out
+-- of the index of pending requests, which lives on another cluster slot too.
 
 local slot = ARGV[1]
 local slot_ms = tonumber(slot)
@@ -27,6 +32,12 @@ local overlap = ARGV[8]
 local history_size = tonumber(ARGV[9])
 local fresh = ARGV[10]
 local now = now_ms()
+local first = 0
+local requested_by = false
+
+local function answer(outcome, at, raw)
+  return {outcome, at or false, raw or false, first, requested_by}
+end
 
 local function won(run)
   run.token = token
@@ -35,32 +46,53 @@ local function won(run)
   run.lease_end_ms = now + lease_ms
   run.released = 0
   run.started_ms = now
-  return {'won', slot, save(slot, run)}
+  begin_attempt(run)
+  return answer('won', slot, save(slot, run))
+end
+
+-- End the request at this slot as `state` (claimed, skipped or expired).
+local function end_request(request, state)
+  request.state = state
+  save_request(slot, request)
+  requested_by = request.requested_by
+end
+
+-- Mark a running run interrupted, with its current attempt (rules 4, 5, 11).
+local function interrupt(at, run, why)
+  close_attempt(run)
+  return finish_run(at, run, now, 'interrupted', why)
 end
 
 -- The slot already has a run.
 local raw = redis.call('HGET', K.runs, slot)
 if raw then
   local run = decode(raw, slot)
+  if reason == 'manual' then -- rule 17: the run of a request that a claim acted on already
+    local request = load_request(slot)
+    if request and request.state ~= 'pending' then
+      requested_by = request.requested_by
+    end
+  end
   if run.status ~= 'running' then -- rule 1
-    return {'done', slot, raw}
+    return answer('done', slot, raw)
   end
   if run.token == token and run.runner == runner and run.released ~= 1 then -- rule 2
     -- the retry of the claim that won this attempt (its answer was lost): renew the lease
     run.lease_end_ms = now + lease_ms
-    return {'won', slot, save(slot, run)}
+    return answer('won', slot, save(slot, run))
   end
   if run.lease_end_ms > now then -- rule 3
-    return {'running', slot, raw}
+    return answer('running', slot, raw)
   end
   local newest = newest_slot()
-  if tonumber(newest) > slot_ms then -- rule 4
-    return {'done', slot, finish_run(slot, run, now, 'interrupted', superseded(tonumber(newest)))}
+  if tonumber(newest) > slot_ms then -- rule 4 (rule 20: its attempt ends)
+    return answer('done', slot, interrupt(slot, run, superseded(tonumber(newest))))
   end
-  if run.attempt - run.handovers >= max_attempts then -- rule 5
+  if run.attempt - run.handovers >= max_attempts then -- rule 5 (rule 20: its attempt ends)
     local why = 'max_attempts (' .. int(max_attempts) .. ') used up by runners that died'
-    return {'done', slot, finish_run(slot, run, now, 'interrupted', why)}
+    return answer('done', slot, interrupt(slot, run, why))
   end
+  close_attempt(run) -- rule 20: handed_over if released, else expired
   run.attempt = run.attempt + 1 -- rule 6
   if run.token == token then
     token = fresh -- a token is never given to two attempts
@@ -70,42 +102,74 @@ end
 
 -- A new claim.
 if reason == 'takeover' then -- rule 7
-  return {'none'}
+  return answer('none')
 end
-if slot_ms > now + EARLY_TOLERANCE_MS then -- rule 8
-  return {'early'}
+local request = nil
+if reason == 'manual' then
+  request = load_request(slot)
+  if request == nil or request.state ~= 'pending' then -- rule 17
+    requested_by = request and request.requested_by or false
+    return answer('none')
+  end
+  if now > request.expires_ms then -- rule 17
+    end_request(request, 'expired')
+    return answer('late')
+  end
+else
+  if redis.call('EXISTS', K.paused) == 1 then -- rule 16
+    return answer('paused')
+  end
+  if slot_ms > now + EARLY_TOLERANCE_MS then -- rule 8
+    return answer('early')
+  end
+  if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS then -- rule 9
+    return answer('late')
+  end
+  -- rule 9: the newest newer run that a manual claim did not start (manual runs are few)
+  local offset, newer = 0, nil
+  repeat
+    newer = redis.call('ZREVRANGEBYSCORE', K.slots, '+inf', '(' .. slot, 'LIMIT', offset, 8)
+    for _, at in ipairs(newer) do
+      local stored = redis.call('HGET', K.runs, at)
+      if not stored or decode(stored, at).manual ~= 1 then
+        return answer('late', at, stored)
+      end
+    end
+    offset = offset + 8
+  until #newer < 8
 end
-if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS then -- rule 9
-  return {'late'}
+-- The job's other running runs, newest first, every one read (and checked) before anything is written.
+local others = {}
+for _, at in ipairs(redis.call('ZREVRANGE', K.running, 0, -1)) do
+  others[#others + 1] = {at, load(at) or unreadable(at, 'listed as running but not stored')}
 end
-local newest = newest_slot()
-if newest and tonumber(newest) > slot_ms then -- rule 9
-  return {'late', newest, redis.call('HGET', K.runs, newest)}
-end
--- The earlier running runs, newest first, every one read (and checked) before anything is written.
-local earlier = {}
-for _, at in ipairs(redis.call('ZREVRANGEBYSCORE', K.running, '(' .. slot, '-inf')) do
-  earlier[#earlier + 1] = {at, load(at) or unreadable(at, 'listed as running but not stored')}
-end
-if overlap == 'skip' then -- rule 10
-  for _, entry in ipairs(earlier) do
+if overlap == 'skip' then -- rule 10 (and rule 17's overlap)
+  for _, entry in ipairs(others) do
     if entry[2].lease_end_ms > now then
-      return {'overlap', entry[1], redis.call('HGET', K.runs, entry[1])}
+      if reason == 'manual' then
+        end_request(request, 'skipped')
+      end
+      return answer('overlap', entry[1], redis.call('HGET', K.runs, entry[1]))
     end
   end
 end
-for _, entry in ipairs(earlier) do -- rule 11
+for _, entry in ipairs(others) do -- rule 11 (rule 20: their attempts end)
   if entry[2].lease_end_ms <= now then
-    finish_run(entry[1], entry[2], now, 'interrupted', superseded(slot_ms))
+    interrupt(entry[1], entry[2], superseded(slot_ms))
   end
 end
 
--- rule 12
-local first = redis.call('EXISTS', K.slots) == 0
-local answer = won({attempt = 1, status = 'running', handovers = 0})
-if first then
-  answer[4] = 1
+-- rule 12 (rule 20: attempt 1 begins)
+if redis.call('EXISTS', K.slots) == 0 then
+  first = 1
 end
+if reason ~= 'manual' then
+  request = load_request(slot)
+end
+if request and request.state == 'pending' then -- rule 12: the run a request asked for
+  end_request(request, now > request.expires_ms and 'expired' or 'claimed')
+end
+local won_answer = won({attempt = 1, status = 'running', handovers = 0, manual = reason == 'manual' and 1 or 0})
 redis.call('ZADD', K.slots, slot, slot)
 redis.call('ZADD', K.running, slot, slot)
 
@@ -119,4 +183,4 @@ for _, at in ipairs(redis.call('ZREVRANGE', K.finished, history_size, -1)) do
     redis.call('ZREM', K.finished, at)
   end
 end
-return answer
+return won_answer

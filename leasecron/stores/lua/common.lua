@@ -1,23 +1,34 @@
 -- common.lua: the helpers every leasecron script shares. The store prepends
 -- this file to each script before loading it, so each script stays one
 -- self-contained EVALSHA, and renders in the numbers of the protocol from
--- their Python constants (leasecron.runs): {LATE_TOLERANCE_MS} and the like.
+-- their Python constants (leasecron.runs, leasecron.stores.base):
+-- {LATE_TOLERANCE_MS} and the like.
 --
--- Every script takes the same four keys, one job's (they share one hash tag,
--- so they live in one cluster slot):
+-- Every script takes one job's keys (they share one hash tag, so they live in
+-- one cluster slot); the runs' scripts take the first four, the others all six:
 --   KEYS[1] runs      hash   slot_ms -> the run, as a JSON object
 --   KEYS[2] slots     zset   every stored slot of the job, score = slot_ms
 --   KEYS[3] running   zset   the slots whose run is running
 --   KEYS[4] finished  zset   the slots whose run ended
+--   KEYS[5] paused    hash   by, ms, note: present while the job is paused
+--   KEYS[6] requests  hash   slot_ms -> a request for a manual run, as a JSON
+--                            object: requested_by, expires_ms, state
 --
 -- A run's integers are kept in its JSON as decimal strings, written with
 -- string.format('%d'): cjson (and Lua's tostring) print only 14 significant
--- digits, too few for the 2**50 bound of the store contract.
+-- digits, too few for the 2**50 bound of the store contract. So are the
+-- integers of its attempts (a JSON array of objects, oldest first: number,
+-- runner, reason, started_ms, ended_ms, outcome, error) and of a request.
 
-local INTEGERS = {'attempt', 'lease_end_ms', 'released', 'handovers', 'started_ms', 'finished_ms'}
-local K = {runs = KEYS[1], slots = KEYS[2], running = KEYS[3], finished = KEYS[4]}
+local INTEGERS = {'attempt', 'lease_end_ms', 'released', 'handovers', 'started_ms', 'finished_ms', 'manual'}
+local ATTEMPT_INTEGERS = {'number', 'started_ms', 'ended_ms'}
+local K = {runs = KEYS[1], slots = KEYS[2], running = KEYS[3], finished = KEYS[4], paused = KEYS[5],
+  requests = KEYS[6]}
 local LATE_TOLERANCE_MS = {LATE_TOLERANCE_MS}
 local EARLY_TOLERANCE_MS = {EARLY_TOLERANCE_MS}
+local MAX_ATTEMPTS_KEPT = {MAX_ATTEMPTS_KEPT}
+local REQUESTS_KEPT = {REQUESTS_KEPT}
+local NULL = cjson.null
 
 local function int(n)
   return string.format('%d', n)
@@ -33,14 +44,16 @@ end
 local REQUIRED = {attempt = 'number', lease_end_ms = 'number', handovers = 'number', started_ms = 'number',
   status = 'string', token = 'string'}
 
--- Refuse to act on a run whose stored JSON was tampered with or is corrupt:
--- the script stops with an error reply naming the slot, before it writes
--- anything.
-local function unreadable(slot, why)
-  error({err = 'ERR leasecron: the stored run at slot ' .. tostring(slot) .. ' is unreadable: ' .. why})
+-- Refuse to act on a record whose stored JSON was tampered with or is
+-- corrupt: the script stops with an error reply naming the slot, before it
+-- writes anything. `what` is 'run' unless told.
+local function unreadable(slot, why, what)
+  error({err = 'ERR leasecron: the stored ' .. (what or 'run') .. ' at slot ' .. tostring(slot) .. ' is unreadable: '
+    .. why})
 end
 
--- A stored run's JSON as a table, with its integers as numbers.
+-- A stored run's JSON as a table, with its integers (and its attempts') as
+-- numbers; `attempts` is nil for a run stored before attempts were recorded.
 local function decode(raw, slot)
   local ok, run = pcall(cjson.decode, raw)
   if not ok or type(run) ~= 'table' then
@@ -56,29 +69,99 @@ local function decode(raw, slot)
       unreadable(slot, field .. ' is missing or not a ' .. kind)
     end
   end
+  if run.attempts == NULL then
+    run.attempts = nil
+  elseif run.attempts ~= nil then
+    if type(run.attempts) ~= 'table' or #run.attempts == 0 then
+      unreadable(slot, 'attempts is not a list of attempts')
+    end
+    for i, attempt in ipairs(run.attempts) do
+      if type(attempt) ~= 'table' or type(attempt.outcome) ~= 'string' then
+        unreadable(slot, 'attempts[' .. (i - 1) .. '] is not an attempt')
+      end
+      for _, field in ipairs(ATTEMPT_INTEGERS) do
+        if attempt[field] ~= nil and attempt[field] ~= NULL then
+          attempt[field] = tonumber(attempt[field]) or unreadable(slot, 'attempts[' .. (i - 1) .. '].' .. field
+            .. ' is not an integer')
+        end
+      end
+    end
+  end
   return run
 end
 
--- The run stored at `slot` (a decimal string), or nil.
+-- What hash `key` holds at `slot` (a decimal string), read by `read`, or nil.
+local function load_from(key, slot, read)
+  local raw = redis.call('HGET', key, slot)
+  return raw and read(raw, slot) or nil
+end
+
+-- The run stored at `slot`, or nil.
 local function load(slot)
-  local raw = redis.call('HGET', K.runs, slot)
-  return raw and decode(raw, slot) or nil
+  return load_from(K.runs, slot, decode)
+end
+
+-- `fields` with each of its numbers as a decimal string.
+local function with_int_texts(fields)
+  local copy = {}
+  for field, value in pairs(fields) do
+    copy[field] = type(value) == 'number' and int(value) or value
+  end
+  return copy
 end
 
 -- Store `run` at `slot`; returns the JSON written.
 local function save(slot, run)
-  local stored = {}
-  for field, value in pairs(run) do
-    stored[field] = value
-  end
-  for _, field in ipairs(INTEGERS) do
-    if run[field] ~= nil then
-      stored[field] = int(run[field])
+  local stored = with_int_texts(run)
+  if run.attempts ~= nil then
+    stored.attempts = {}
+    for i, attempt in ipairs(run.attempts) do
+      stored.attempts[i] = with_int_texts(attempt)
     end
   end
   local raw = cjson.encode(stored)
   redis.call('HSET', K.runs, slot, raw)
   return raw
+end
+
+-- The run's attempts (rule 20). A run stored before attempts were recorded
+-- gets, first, the one attempt its own fields describe, as
+-- leasecron.stores.records reads it.
+local function attempts_of(run)
+  if run.attempts == nil then
+    run.attempts = {{number = run.attempt, runner = run.runner, reason = run.reason, started_ms = run.started_ms,
+      ended_ms = run.finished_ms or NULL, outcome = run.status, error = run.error or NULL}}
+  end
+  return run.attempts
+end
+
+-- Record the current attempt (the run's attempt, runner, reason and start)
+-- as running, after the others; keep the newest MAX_ATTEMPTS_KEPT.
+local function begin_attempt(run)
+  local attempts = run.attempts or {}
+  attempts[#attempts + 1] = {number = run.attempt, runner = run.runner, reason = run.reason,
+    started_ms = run.started_ms, ended_ms = NULL, outcome = 'running', error = NULL}
+  while #attempts > MAX_ATTEMPTS_KEPT do
+    table.remove(attempts, 1)
+  end
+  run.attempts = attempts
+end
+
+-- Record how the current attempt ended: `outcome` at `ended_ms`, with `err`.
+local function end_attempt(run, outcome, ended_ms, err)
+  local attempts = attempts_of(run)
+  local last = attempts[#attempts]
+  if last.number == run.attempt then
+    last.outcome = outcome
+    last.ended_ms = ended_ms
+    last.error = err or NULL
+  end
+end
+
+-- End the current attempt because its lease is over: handed_over if it was
+-- released (as release recorded it already), else expired, at its lease end.
+local function close_attempt(run)
+  end_attempt(run, run.released == 1 and 'handed_over' or 'expired', run.lease_end_ms)
 end
 
 -- An epoch-ms time as Python's datetime.isoformat() prints it in UTC, for
@@ -137,3 +220,39 @@ local function newest_slot()
   return redis.call('ZREVRANGE', K.slots, 0, 0)[1]
 end
 
+
+-- A stored request's JSON (at `slot`) as a table, with expires_ms as a number.
+local function decode_request(raw, slot)
+  local ok, request = pcall(cjson.decode, raw)
+  if ok and type(request) == 'table' then
+    request.expires_ms = tonumber(request.expires_ms)
+  end
+  if not ok or type(request) ~= 'table' or type(request.requested_by) ~= 'string'
+      or type(request.expires_ms) ~= 'number' or type(request.state) ~= 'string' then
+    unreadable(slot, 'not a JSON object of requested_by, expires_ms and state', 'request')
+  end
+  return request
+end
+
+-- The request for a manual run stored at `slot`, or nil.
+local function load_request(slot)
+  return load_from(K.requests, slot, decode_request)
+end
+
+-- Store `request` at `slot`.
+local function save_request(slot, request)
+  redis.call('HSET', K.requests, slot, cjson.encode({requested_by = request.requested_by,
+    expires_ms = int(request.expires_ms), state = request.state}))
+end
+
+-- What the store holds of the job beyond its runs, read by the store's
+-- Python: {now, paused_by, paused_ms, note, slot_ms, request JSON, ...}, a
+-- nil for each part of the pause the job has not.
+local function state_reply(now)
+  local reply = redis.call('HMGET', K.paused, 'by', 'ms', 'note')
+  table.insert(reply, 1, int(now))
+  for _, item in ipairs(redis.call('HGETALL', K.requests)) do
+    reply[#reply + 1] = item
+  end
+  return reply
+end

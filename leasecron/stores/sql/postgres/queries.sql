@@ -47,11 +47,12 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: claim
 -- Takes: the fields of a ClaimRequest, the token a new random one where it
--- has none. Returns: one row, the outcome and the run's columns (NULL when
--- no run).
+-- has none, and keep_attempts (MAX_ATTEMPTS_KEPT). Returns: one row, the
+-- outcome and the run's columns (NULL when no run).
 SELECT c.outcome, (c.run).*
-FROM {schema}.{table}_claim_v2(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
-                                %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s) c;
+FROM {schema}.{table}_claim_v3(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
+                                %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s,
+                                %(keep_attempts)s) c;
 
 -- name: heartbeat
 -- Takes: job, slot_ms, token, lease_ms. Returns: one boolean (rule 13).
@@ -59,11 +60,52 @@ SELECT {schema}.{table}_heartbeat(%(job)s, %(slot_ms)s, %(token)s, %(lease_ms)s)
 
 -- name: finish
 -- Takes: job, slot_ms, token, status, error. Returns: one boolean (rule 14).
-SELECT {schema}.{table}_finish(%(job)s, %(slot_ms)s, %(token)s, %(status)s, %(error)s);
+SELECT {schema}.{table}_finish_v3(%(job)s, %(slot_ms)s, %(token)s, %(status)s, %(error)s);
 
 -- name: release
 -- Takes: job, slot_ms, token. Returns: one boolean (rule 15).
-SELECT {schema}.{table}_release(%(job)s, %(slot_ms)s, %(token)s);
+SELECT {schema}.{table}_release_v3(%(job)s, %(slot_ms)s, %(token)s);
+
+-- name: pause
+-- Takes: job, by, note. Returns: one row, the job's state (paused_by,
+-- paused_ms, note, requests) once paused (rule 18).
+SELECT * FROM {schema}.{table}_pause_v3(%(job)s, %(by)s, %(note)s);
+
+-- name: resume
+-- Takes: job. Returns: one row, the job's state once resumed (rule 18: the
+-- pause function without who pauses).
+SELECT * FROM {schema}.{table}_pause_v3(%(job)s, NULL, NULL);
+
+-- name: request_run
+-- Takes: job, by, max_late_ms, keep (REQUESTS_KEPT). Returns: one row, the
+-- request's slot_ms and expires_ms (rule 19).
+SELECT * FROM {schema}.{table}_request_run_v3(%(job)s, %(by)s, %(max_late_ms)s, %(keep)s);
+
+-- name: job_state
+-- Takes: job. Returns: one row, the job's state (paused_by, paused_ms, note,
+-- requests), judged on the server's clock.
+SELECT * FROM {schema}.{table}_state_v3(%(job)s, {schema}.{table}_now());
+
+-- name: job_states
+-- Returns: (job, paused_by, paused_ms, note, requests) of every job that is
+-- paused or has requests kept, in code point order of the names.
+SELECT k.job, s.*
+FROM (SELECT j.job FROM {schema}.{table}_jobs j WHERE j.paused_by IS NOT NULL
+      UNION SELECT q.job FROM {schema}.{table}_requests q) k
+CROSS JOIN (SELECT {schema}.{table}_now() AS now) c
+CROSS JOIN LATERAL {schema}.{table}_state_v3(k.job, c.now) s
+ORDER BY k.job COLLATE "C";
+
+-- name: pending_requests
+-- Returns: (job, slot_ms, requested_by, expires_ms) of every request still
+-- pending and not expired on the server's clock, oldest slot first. It reads
+-- the partial index of pending requests from now on (the clock is an
+-- InitPlan, computed once, so the index scan starts at it): its cost grows
+-- with those requests only.
+SELECT q.job, q.slot_ms, q.requested_by, q.expires_ms
+FROM {schema}.{table}_requests q
+WHERE q.state = 'pending' AND q.expires_ms >= (SELECT {schema}.{table}_now())
+ORDER BY q.slot_ms, q.job COLLATE "C";
 
 -- name: now
 -- Returns: the server's clock, epoch ms.
@@ -87,5 +129,8 @@ SELECT * FROM {schema}.{table} WHERE job = %(job)s AND status = 'running' ORDER 
 SELECT * FROM {schema}.{table} WHERE job = %(job)s ORDER BY slot_ms DESC LIMIT %(limit)s;
 
 -- name: jobs
--- Returns: the names of the jobs with stored runs, in code point order.
-SELECT job FROM {schema}.{table}_jobs ORDER BY job COLLATE "C";
+-- Returns: the names of the jobs with stored runs, in code point order (a
+-- job paused before it ran has a row in {table}_jobs, and no run).
+SELECT j.job FROM {schema}.{table}_jobs j
+WHERE EXISTS (SELECT 1 FROM {schema}.{table} r WHERE r.job = j.job)
+ORDER BY j.job COLLATE "C";

@@ -30,24 +30,23 @@ SELECT * FROM {table} WHERE job = :job AND slot_ms = :slot_ms;
 -- Takes: job. Returns: the run of the job's newest slot, or no row.
 SELECT * FROM {table} WHERE job = :job ORDER BY slot_ms DESC LIMIT 1;
 
--- name: live_before
--- Takes: job, before_ms, now_ms. Returns: the newest running run with an
--- earlier slot whose lease is alive, or no row (the overlap check).
-SELECT * FROM {table}
-WHERE job = :job AND status = 'running' AND slot_ms < :before_ms AND lease_end_ms > :now_ms
-ORDER BY slot_ms DESC LIMIT 1;
-
--- name: interrupt_expired
--- Takes: job, before_ms, now_ms, why. Marks interrupted the running runs with
--- an earlier slot whose lease ended: a newer run started first. Left to
--- itself SQLite scans the job's whole history by primary key (a claim took
--- 2.1 ms at history_size 10,000); the partial index holds only the running rows.
-UPDATE {table} INDEXED BY {table}_running
-SET status = 'interrupted', error = :why, finished_ms = :now_ms
-WHERE job = :job AND status = 'running' AND slot_ms < :before_ms AND lease_end_ms <= :now_ms;
+-- name: new_slot
+-- Takes: job, slot_ms. Returns: one row: whether the job is paused (rule
+-- 16), the slot of its newest run that a manual claim did not start (rule
+-- 9; NULL if none), whether a pending request sits at slot_ms (rule 12): what
+-- a scheduled claim of a slot without a run reads, in one statement.
+SELECT
+    EXISTS (SELECT 1 FROM {table}_pauses WHERE job = :job) AS paused,
+    (SELECT slot_ms FROM {table} WHERE job = :job AND manual = 0 ORDER BY slot_ms DESC LIMIT 1) AS newest_ms,
+    EXISTS (
+        SELECT 1 FROM {table}_requests WHERE job = :job AND slot_ms = :slot_ms AND state = 'pending'
+    ) AS requested;
 
 -- name: running
--- Takes: job. Returns: running runs, oldest first.
+-- Takes: job. Returns: running runs, oldest first (also the overlap check and
+-- the runs a new run interrupts, rules 10, 11 and 17). Left to itself SQLite
+-- could scan the job's whole history by primary key; the partial index holds
+-- only the running rows.
 SELECT * FROM {table} INDEXED BY {table}_running WHERE job = :job AND status = 'running' ORDER BY slot_ms;
 
 -- name: latest
@@ -62,10 +61,10 @@ SELECT DISTINCT job FROM {table} ORDER BY job;
 -- Takes: every column.
 INSERT INTO {table} (
     job, slot_ms, attempt, token, runner, status, lease_end_ms,
-    released, handovers, reason, error, started_ms, finished_ms
+    released, handovers, reason, error, started_ms, finished_ms, attempts, manual
 ) VALUES (
     :job, :slot_ms, :attempt, :token, :runner, :status, :lease_end_ms,
-    :released, :handovers, :reason, :error, :started_ms, :finished_ms
+    :released, :handovers, :reason, :error, :started_ms, :finished_ms, :attempts, :manual
 );
 
 -- name: update
@@ -73,8 +72,14 @@ INSERT INTO {table} (
 UPDATE {table} SET
     attempt = :attempt, token = :token, runner = :runner, status = :status,
     lease_end_ms = :lease_end_ms, released = :released, handovers = :handovers,
-    reason = :reason, error = :error, started_ms = :started_ms, finished_ms = :finished_ms
+    reason = :reason, error = :error, started_ms = :started_ms, finished_ms = :finished_ms,
+    attempts = :attempts
 WHERE job = :job AND slot_ms = :slot_ms;
+
+-- name: renew
+-- Takes: job, slot_ms, lease_end_ms. A heartbeat's (or a retried claim's)
+-- new lease end; nothing else of the run changes.
+UPDATE {table} SET lease_end_ms = :lease_end_ms WHERE job = :job AND slot_ms = :slot_ms;
 
 -- name: prune
 -- Takes: job, keep, horizon_ms. Deletes finished runs beyond the newest
@@ -90,3 +95,60 @@ WHERE job = :job
       WHERE job = :job AND status != 'running'
       ORDER BY slot_ms DESC LIMIT :keep
   );
+
+-- name: get_pause
+-- Takes: job. Returns: the job's pause, or no row.
+SELECT job, paused_by, paused_ms, note FROM {table}_pauses WHERE job = :job;
+
+-- name: pauses
+-- Returns: the pause of every paused job.
+SELECT job, paused_by, paused_ms, note FROM {table}_pauses;
+
+-- name: set_pause
+-- Takes: job, paused_by, paused_ms, note. Pauses the job, in place of a pause before.
+INSERT INTO {table}_pauses (job, paused_by, paused_ms, note) VALUES (:job, :paused_by, :paused_ms, :note)
+ON CONFLICT (job) DO UPDATE SET
+    paused_by = excluded.paused_by, paused_ms = excluded.paused_ms, note = excluded.note;
+
+-- name: clear_pause
+-- Takes: job.
+DELETE FROM {table}_pauses WHERE job = :job;
+
+-- name: get_request
+-- Takes: job, slot_ms. Returns: the request, or no row.
+SELECT * FROM {table}_requests WHERE job = :job AND slot_ms = :slot_ms;
+
+-- name: job_requests
+-- Takes: job. Returns: the job's requests, oldest slot first.
+SELECT * FROM {table}_requests WHERE job = :job ORDER BY slot_ms;
+
+-- name: all_requests
+-- Returns: every job's requests, by slot then job.
+SELECT * FROM {table}_requests ORDER BY slot_ms, job;
+
+-- name: pending
+-- Takes: now_ms. Returns: the pending requests of every job that expire at
+-- or after now_ms, oldest slot first: a range of the partial index of
+-- pending requests, whatever the number of runs, jobs and ended requests.
+SELECT * FROM {table}_requests INDEXED BY {table}_pending
+WHERE state = 'pending' AND expires_ms >= :now_ms
+ORDER BY slot_ms, job;
+
+-- name: add_request
+-- Takes: job, slot_ms, requested_by, expires_ms, state.
+INSERT INTO {table}_requests (job, slot_ms, requested_by, expires_ms, state)
+VALUES (:job, :slot_ms, :requested_by, :expires_ms, :state);
+
+-- name: end_request
+-- Takes: job, slot_ms, state. Ends the request at the slot if it is pending.
+UPDATE {table}_requests SET state = :state WHERE job = :job AND slot_ms = :slot_ms AND state = 'pending';
+
+-- name: prune_requests
+-- Takes: job, keep, now_ms. Deletes the job's requests that ended (or are
+-- pending past their expiry) beyond the newest `keep` of them.
+DELETE FROM {table}_requests
+WHERE job = :job AND slot_ms IN (
+    SELECT slot_ms FROM {table}_requests
+    WHERE job = :job AND (state != 'pending' OR expires_ms < :now_ms)
+    ORDER BY slot_ms DESC LIMIT -1 OFFSET :keep
+);

@@ -1,0 +1,189 @@
+"""The Redis store's keys, its Lua scripts, and what their replies mean.
+
+:class:`~leasecron.stores.redis.RedisStore` explains the keys and why they
+are laid out so. This module names them (:func:`job_keys`,
+:func:`control_keys`), loads the scripts of ``stores/lua/`` with the numbers
+of the protocol rendered in (:func:`load_scripts`), and turns the scripts'
+replies into the public values: runs (checked by
+:func:`~leasecron.stores.records.read_record`), job states and requests, each
+a :class:`~leasecron.StoreError` naming its job and slot when what was
+stored was tampered with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from urllib.parse import quote
+
+from ..controls import JobState, ManualRequest
+from ..errors import StoreError, shown
+from ..runs import MAX_ATTEMPTS_KEPT, Run
+from ..states import RequestState
+from . import require
+from .base import REQUESTS_KEPT
+from .records import read_record
+from .templates import read_text, render
+
+__all__ = [
+    "Script",
+    "load_scripts",
+    "job_keys",
+    "control_keys",
+    "text",
+    "read_run",
+    "read_state",
+    "index_member",
+    "read_index",
+]
+
+_SAFE = "._-"  # with letters and digits: the bytes a job name keeps in its key
+
+#: The scripts of ``stores/lua/``, each with how many of a job's keys it takes (0: none, see index.lua).
+SCRIPT_KEYS = {
+    "claim": 6,
+    "heartbeat": 4,
+    "finish": 4,
+    "release": 4,
+    "runs": 4,
+    "pause": 6,
+    "state": 6,
+    "request": 6,
+    "index": 0,
+}
+
+
+def _tag(prefix: str, job: str) -> str:
+    return f"{prefix}:{{{quote(job, safe=_SAFE)}}}"
+
+
+def job_keys(prefix: str, job: str) -> Tuple[str, str, str, str]:
+    """The four keys of ``job``'s runs (runs, slots, running, finished), in one hash tag."""
+    tag = _tag(prefix, job)
+    return f"{tag}:runs", f"{tag}:slots", f"{tag}:running", f"{tag}:finished"
+
+
+def control_keys(prefix: str, job: str) -> Tuple[str, str]:
+    """The two keys of ``job``'s controls (paused, requests), in the hash tag of its runs."""
+    tag = _tag(prefix, job)
+    return f"{tag}:paused", f"{tag}:requests"
+
+
+class Script:
+    """One Lua script, called with EVALSHA and loaded again on NOSCRIPT."""
+
+    def __init__(self, name: str, common: str) -> None:
+        self.name = name
+        self.keys = SCRIPT_KEYS[name]
+        own = read_text("lua", f"{name}.lua")
+        numbers = {"MAX_ATTEMPTS_KEPT": str(MAX_ATTEMPTS_KEPT), "REQUESTS_KEPT": str(REQUESTS_KEPT)}
+        self.source = render(f"{common}\n{own}" if self.keys else own, **numbers)
+        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+
+    def job_keys(self, prefix: str, job: str) -> Tuple[str, ...]:
+        """The keys of ``job`` this script takes."""
+        return (job_keys(prefix, job) + control_keys(prefix, job))[: self.keys]
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Union[str, int]]) -> Any:
+        redis = require("redis", extra="redis", store="RedisStore")
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            client.script_load(self.source)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+def load_scripts() -> Dict[str, Script]:
+    """Every script of the store, by name, rendered and ready to call."""
+    common = read_text("lua", "common.lua")
+    return {name: Script(name, common) for name in SCRIPT_KEYS}
+
+
+def text(value: Union[str, bytes]) -> str:
+    """A reply's text, whether the client decodes replies or not."""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _json(raw: Union[str, bytes], unreadable: str) -> Any:
+    try:
+        return json.loads(text(raw))
+    except ValueError as exc:  # not JSON (or not UTF-8)
+        raise StoreError(f"{unreadable}: not JSON: {exc}") from exc
+
+
+def read_run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]) -> Run:
+    """The run stored as JSON ``raw``; StoreError naming the job and slot if it was tampered with."""
+    slot_text = text(slot)
+    unreadable = f"the stored run of job {job!r} at slot {slot_text} is unreadable"
+    data = _json(raw, unreadable) if raw is not None else None
+    if not isinstance(data, dict):
+        raise StoreError(f"{unreadable}: {shown(data)} is no JSON object")
+    return read_record(job, slot_text, data).to_run()
+
+
+def _int(value: object) -> int:
+    """An integer, or its decimal text as Lua wrote it; else ValueError."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    raise ValueError(f"{shown(value)} is not an integer")
+
+
+def _request(job: str, slot: Union[str, bytes], raw: Union[str, bytes], now: int) -> ManualRequest:
+    """The request stored at ``slot`` as JSON ``raw``, its state judged at ``now``."""
+    unreadable = f"the stored request of job {job!r} at slot {text(slot)} is unreadable"
+    data = _json(raw, unreadable)
+    try:
+        if not isinstance(data, dict):
+            raise TypeError(f"{shown(data)} is no JSON object")
+        by, state = data.get("requested_by"), data.get("state")
+        if not isinstance(by, str) or state not in RequestState.values():
+            raise ValueError(f"requested_by {shown(by)} or state {shown(state)} is not one a request has")
+        expires = _int(data.get("expires_ms"))
+        request = ManualRequest(job, _int(slot), by, expires, state)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{unreadable}: {exc}") from exc
+    if request.pending and now > expires:
+        return ManualRequest(job, request.slot_ms, by, expires, RequestState.EXPIRED)
+    return request
+
+
+def read_state(job: str, reply: Sequence[Any]) -> JobState:
+    """The state of ``job`` from the reply of a script that ends with ``state_reply`` (common.lua)."""
+    now = _int(reply[0])
+    by, ms, note = (None if value is None else text(value) for value in reply[1:4])
+    try:
+        paused_ms = None if ms is None else _int(ms)
+    except ValueError as exc:
+        raise StoreError(f"the stored pause of job {job!r} is unreadable: paused_ms {exc}") from exc
+    requests = sorted(
+        (_request(job, reply[i], reply[i + 1], now) for i in range(4, len(reply), 2)), key=lambda r: r.slot_ms
+    )
+    if by is None:  # not paused (a pause always has its who)
+        return JobState(job, requests=tuple(requests))
+    return JobState(job, True, by, paused_ms, note, tuple(requests))
+
+
+def index_member(job: str, slot_ms: int, requested_by: str) -> str:
+    """A request's member of the index of pending requests: JSON text, made only here."""
+    return json.dumps([job, slot_ms, requested_by], ensure_ascii=False, separators=(",", ":"))
+
+
+def read_index(reply: Sequence[Any]) -> List[ManualRequest]:
+    """The pending requests in the reply of index.lua's ``read``, oldest slot first."""
+    found = []
+    for i in range(0, len(reply), 2):
+        member = text(reply[i])
+        try:
+            job, slot_ms, by = json.loads(member)
+            request = ManualRequest(job, slot_ms, by, int(float(text(reply[i + 1]))), RequestState.PENDING)
+            if not (isinstance(job, str) and isinstance(slot_ms, int) and isinstance(by, str)):
+                raise TypeError("not [job, slot_ms, requested_by]")
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"the index of pending requests holds {shown(member)}, no request: {exc}") from exc
+        found.append(request)
+    return sorted(found, key=lambda r: (r.slot_ms, r.job))

@@ -1,0 +1,127 @@
+"""The reads and writes of one atomic section of the stores that run the lease rules in Python.
+
+:class:`~leasecron.stores.rules.TableStore` decides; a :class:`Table` reads and writes for it,
+inside the section the backend holds (the memory store's lock, SQLite's ``BEGIN IMMEDIATE``):
+the runs (:class:`~leasecron.stores.records.Record`), each job's pause (a
+:class:`~leasecron.controls.JobState` without requests) and its requests for manual runs (the
+:class:`~leasecron.controls.ManualRequest` as made, with its stored state: a pending one whose time
+ran out is only *read* as ``expired``, by the rules).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import List, NamedTuple, Optional
+
+from ..controls import JobState, ManualRequest
+from .records import Record
+
+__all__ = ["NewSlot", "Table"]
+
+
+class NewSlot(NamedTuple):
+    """What a scheduled (or catch-up) claim of a slot without a run reads of its job."""
+
+    #: Whether the job is paused (rule 16).
+    paused: bool
+    #: The slot of the job's newest run that a manual claim did not start, if any (rule 9).
+    newest_scheduled_ms: Optional[int]
+    #: Whether a pending request of the job sits at the slot (rule 12 marks it claimed).
+    requested: bool
+
+
+class Table(abc.ABC):
+    """The reads and writes of one atomic section of a :class:`TableStore`."""
+
+    # -- runs
+
+    @abc.abstractmethod
+    def get(self, job: str, slot_ms: int) -> Optional[Record]:
+        """The record of ``job`` at ``slot_ms`` (a copy the caller may change)."""
+
+    @abc.abstractmethod
+    def newest(self, job: str) -> Optional[Record]:
+        """The record of ``job``'s newest slot."""
+
+    @abc.abstractmethod
+    def new_slot(self, job: str, slot_ms: int) -> NewSlot:
+        """What a scheduled claim of ``job`` for ``slot_ms``, which has no run, reads of the job
+        (one read on SQLite: the claims of every slot pass here)."""
+
+    @abc.abstractmethod
+    def running(self, job: str) -> List[Record]:
+        """The running records of ``job``, oldest first."""
+
+    @abc.abstractmethod
+    def latest(self, job: str, limit: int) -> List[Record]:
+        """At most ``limit`` records of ``job``, newest slot first."""
+
+    @abc.abstractmethod
+    def jobs(self) -> List[str]:
+        """The job names that have records, sorted."""
+
+    @abc.abstractmethod
+    def insert(self, record: Record) -> None:
+        """Store a record for a slot that has none."""
+
+    @abc.abstractmethod
+    def update(self, record: Record) -> None:
+        """Store the changed fields of an existing record."""
+
+    @abc.abstractmethod
+    def renew(self, job: str, slot_ms: int, lease_end_ms: int) -> None:
+        """Store a new lease end for an existing record; nothing else changes (rules 2 and 13)."""
+
+    @abc.abstractmethod
+    def prune(self, job: str, keep: int, horizon_ms: int) -> None:
+        """Delete ``job``'s finished records beyond the newest ``keep`` finished ones.
+
+        Never the job's newest record, a running record, or one whose slot is
+        at or after ``horizon_ms``.
+        """
+
+    # -- pauses
+
+    @abc.abstractmethod
+    def pause(self, job: str) -> Optional[JobState]:
+        """The pause of ``job`` (a paused state without requests), or None."""
+
+    @abc.abstractmethod
+    def pauses(self) -> List[JobState]:
+        """The pause of every paused job."""
+
+    @abc.abstractmethod
+    def set_pause(self, state: JobState) -> None:
+        """Keep ``state`` as the pause of its job, in place of any before."""
+
+    @abc.abstractmethod
+    def clear_pause(self, job: str) -> None:
+        """Forget the pause of ``job``, if any."""
+
+    # -- requests for manual runs
+
+    @abc.abstractmethod
+    def request(self, job: str, slot_ms: int) -> Optional[ManualRequest]:
+        """The request of ``job`` at ``slot_ms``, as stored."""
+
+    @abc.abstractmethod
+    def requests(self, job: Optional[str]) -> List[ManualRequest]:
+        """The requests of ``job`` (of every job if None), as stored, by slot then job."""
+
+    @abc.abstractmethod
+    def pending(self, now_ms: int) -> List[ManualRequest]:
+        """The requests of every job stored as pending that expire at or after ``now_ms``,
+        oldest slot first; the cost grows with those requests only."""
+
+    @abc.abstractmethod
+    def add_request(self, request: ManualRequest) -> None:
+        """Store a request for a slot of its job that has none."""
+
+    @abc.abstractmethod
+    def end_request(self, job: str, slot_ms: int, state: str) -> None:
+        """Store ``state`` for the request of ``job`` at ``slot_ms``, if it is stored as pending."""
+
+    @abc.abstractmethod
+    def prune_requests(self, job: str, keep: int, now_ms: int) -> None:
+        """Delete ``job``'s requests that ended (stored as ended, or pending with ``expires_ms``
+        before ``now_ms``) beyond the newest ``keep`` of them."""
