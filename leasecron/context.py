@@ -84,7 +84,9 @@ class Context:
 
     ``slot`` is the slot as an aware UTC datetime, ``slot_ms`` the same in
     epoch milliseconds. ``reason`` is why this attempt started
-    (``"schedule"``, ``"catch-up"`` or ``"takeover"``). ``token`` is the
+    (``"schedule"``, ``"catch-up"``, ``"takeover"``, or ``"manual"``: a run
+    asked for with :meth:`~leasecron.LeaseCron.trigger`, whose slot is the
+    store's time of the request). ``token`` is the
     attempt's fencing token: pass it to a side effect that can check it.
     """
 

@@ -1,8 +1,10 @@
 """LeaseCron: the public face of an instance — its jobs, options, events and lifecycle.
 
-Registration (``job``, ``add_job``), events (``on``) and the options live
-here; the threads of a started instance live in :class:`~leasecron.engine.Engine`,
-created by :meth:`LeaseCron.start` and finished by :meth:`LeaseCron.stop`.
+Registration (``job``, ``add_job``, ``remove_job``), events (``on``), the
+options and the cluster-wide controls (``pause``, ``resume``, ``trigger``,
+which only write to the store) live here; the threads of a started instance
+live in :class:`~leasecron.engine.Engine`, created by :meth:`LeaseCron.start`
+and finished by :meth:`LeaseCron.stop`.
 
 The fork rule: a ``LeaseCron`` that runs when its process forks is *stopped*
 in the child. The child's copy drops its engine (it holds no threads and no
@@ -22,9 +24,10 @@ from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Type, Union
 
 from .clock import StoreClock
+from .controls import JobState
 from .engine import Engine
 from .errors import ConfigError
-from .events import Callback, Emitter, log
+from .events import Callback, Emitter, SlotText, log
 from .jobs import Handler, Job, job_decorator, make_job
 from .options import OPTION_NAMES, resolve_options
 from .runs import Run
@@ -61,7 +64,9 @@ class LeaseCron:
     ``store`` is a :class:`~leasecron.Store` or a store URL. ``runner`` names
     this instance in the store (default ``"<hostname>-<pid>"``). The options
     are the defaults of every job (each job may override them);
-    ``stop_timeout_ms`` is how long :meth:`stop` waits for running handlers.
+    ``stop_timeout_ms`` is how long :meth:`stop` waits for running handlers;
+    ``poll_ms`` how often a started instance asks the store for requests of
+    manual runs (:meth:`trigger`): one call for all its jobs.
     """
 
     def __init__(
@@ -80,6 +85,7 @@ class LeaseCron:
         tz: Optional[str] = None,
         stop_timeout_ms: int = 10_000,
         claim_threads: int = 4,
+        poll_ms: int = 1_000,
     ) -> None:
         if isinstance(store, str):
             store = open_store(store)
@@ -89,7 +95,8 @@ class LeaseCron:
             raise ConfigError(f"runner must be a non-empty string, not {runner!r}")
         if runner is not None:
             check_text("runner", runner)
-        for name, value, minimum in (("stop_timeout_ms", stop_timeout_ms, 0), ("claim_threads", claim_threads, 1)):
+        own = (("stop_timeout_ms", stop_timeout_ms, 0), ("claim_threads", claim_threads, 1), ("poll_ms", poll_ms, 1))
+        for name, value, minimum in own:
             if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
                 raise ConfigError(f"LeaseCron: {name} must be an integer from {minimum} to 2**50, not {value!r}")
         given = locals()  # the job options are the keyword parameters named in OPTION_NAMES
@@ -100,6 +107,8 @@ class LeaseCron:
         self.runner: str = runner or default_runner()
         self.stop_timeout_ms = stop_timeout_ms
         self._claim_threads = claim_threads
+        #: How often a started instance asks the store for requests of manual runs, in ms.
+        self.poll_ms = poll_ms
         self._jobs: Dict[str, Job] = {}
         self._emitter = Emitter(self.runner)
         self._lock = threading.RLock()
@@ -146,6 +155,103 @@ class LeaseCron:
         skip, lost, handover, error. A callback that raises is logged and ignored."""
         self._emitter.on(event, callback)
 
+    def remove_job(self, job: str) -> Job:
+        """Unregister ``job`` on this instance only, and return it.
+
+        A started instance stops scheduling it at once: no more slots, no
+        catch-up, no backup checks of its runs and no manual runs of it here.
+        Its live runs on this instance go on and end as usual (heartbeats,
+        finish; hand-over on :meth:`stop`). The store and the other instances
+        are not told: they go on running the job. :meth:`add_job` may register
+        it again. An unknown name raises :class:`~leasecron.ConfigError`.
+        """
+        with self._lock:
+            removed = self._registered(job, "remove_job")
+            del self._jobs[job]
+            engine = self._engine
+        if engine is not None:
+            engine.remove(removed)
+        log.info("leasecron: removed job %r runner %r: its live runs here end as usual", job, self.runner)
+        return removed
+
+    # -- cluster-wide controls, held in the store ----------------------------------------
+
+    def pause(self, job: str, note: Optional[str] = None) -> JobState:
+        """Pause ``job`` on every instance, until :meth:`resume`; returns its state in the store.
+
+        It only writes to the store (rule 18), so it works on an instance
+        that was never started: the job is paused by this instance's
+        ``runner``, at the store's "now", with ``note`` (why; at most 1 000
+        characters). From then on each new scheduled or catch-up claim of the
+        job, on any instance, is answered ``paused`` and emits ``skip`` with
+        reason ``"paused"``. A run already running goes on, and a backup still
+        takes it over if its runner dies; a manual run (:meth:`trigger`) runs
+        all the same. Pausing a paused job replaces who, when and the note.
+
+        ``job`` must be registered here: an unknown name raises
+        :class:`~leasecron.ConfigError` naming it (``store.pause(job, by=...)``
+        and ``leasecron pause URL JOB`` act on any job, such as another app's).
+        """
+        self._registered(job, "pause")
+        state = self.store.pause(job, by=self.runner, note=note)
+        if note:
+            log.info("leasecron: paused job %r runner %r: %s", job, self.runner, note)
+        else:
+            log.info("leasecron: paused job %r runner %r", job, self.runner)
+        return state
+
+    def resume(self, job: str) -> JobState:
+        """Undo :meth:`pause` on every instance; returns the job's state in the store.
+
+        It only writes to the store (rule 18). The job's next slot runs as
+        usual; the slots skipped while it was paused are not caught up.
+        Resuming a job that is not paused changes nothing. An unknown name
+        raises :class:`~leasecron.ConfigError`, as for :meth:`pause`.
+        """
+        self._registered(job, "resume")
+        state = self.store.resume(job, by=self.runner)
+        log.info("leasecron: resumed job %r runner %r", job, self.runner)
+        return state
+
+    def trigger(self, job: str) -> int:
+        """Ask for one run of ``job`` now, on exactly one instance; returns its slot (epoch ms).
+
+        It writes a request to the store (rule 19), so it works on an
+        instance that was never started; the slot is the store's "now".
+        Exactly one started instance that has the job registered (this one,
+        if started, tries at once; the others find the request within their
+        ``poll_ms``) claims it with reason ``"manual"``, and runs it as an
+        ordinary run from then on (lease, heartbeats, takeover, fencing,
+        hand-over, history); ``start`` and ``Context.reason`` say
+        ``"manual"``. It runs even while the job is paused, and obeys
+        ``overlap``: with ``"skip"``, a run of the job holding its lease
+        makes it ``skip`` (reason ``"overlap"``). A request that no instance
+        claims within the job's ``max_late_ms`` + 10 s expires. An unknown
+        name raises :class:`~leasecron.ConfigError`, as for :meth:`pause`.
+        """
+        registered = self._registered(job, "trigger")
+        request = self.store.request_run(job, by=self.runner, max_late_ms=registered.options.max_late_ms)
+        line = "leasecron: triggered job %r slot %s runner %r (manual): the request expires at %s"
+        log.info(line, job, SlotText(request.slot_ms), self.runner, SlotText(request.expires_ms))
+        engine = self._engine
+        if engine is not None:
+            engine.offer(registered, request)
+        return request.slot_ms
+
+    def _registered(self, job: str, action: str) -> Job:
+        """The registered job named ``job``; :class:`~leasecron.ConfigError` naming it for another name."""
+        with self._lock:
+            found = self._jobs.get(job) if isinstance(job, str) else None
+            names = sorted(self._jobs)
+        if found is None:
+            known = ", ".join(repr(name) for name in names) or "none"
+            hint = ""
+            if action != "remove_job":  # the store and the CLI act on any job
+                call = "request_run" if action == "trigger" else action
+                hint = f"; for a job of another app, use store.{call}(...) or leasecron {action} URL JOB"
+            raise ConfigError(f"{action}: job {job!r} is not registered on this instance (registered: {known}){hint}")
+        return found
+
     # -- lifecycle ------------------------------------------------------------------
 
     @property
@@ -164,8 +270,9 @@ class LeaseCron:
             if self._engine is not None:
                 return
             engine = self._engine = Engine(
-                self.store, self.runner, self._emitter, self.clock, claim_threads=self._claim_threads
-            )
+                self.store, self.runner, self._emitter, self.clock, claim_threads=self._claim_threads,
+                poll_ms=self.poll_ms,
+            )  # fmt: skip
             jobs = list(self._jobs.values())
         atexit.register(self._at_exit)
         log.info("leasecron: starting runner %r: %d job(s) on %r", self.runner, len(jobs), self.store)

@@ -5,24 +5,31 @@
   backup's next check, each live run's lease deadline. It never waits on the
   store: it hands every store call to
 * **the claim pool** (the backup pollers): a few threads that send claims —
-  scheduled, catch-up and takeover — and act on the outcome;
+  scheduled, catch-up, takeover and manual — and act on the outcome, and
+  poll the store for requests of manual runs every ``poll_ms``
+  (:mod:`leasecron.manual_runs`);
 * **for each live run a run thread, and a heartbeat loop once it has run for
   a heartbeat** (:mod:`leasecron.live`), on worker threads that are reused
   from run to run and exit when idle (:mod:`leasecron.workers`).
 
 A claim's outcome decides what this instance does: ``won`` starts a live
-run; ``running`` makes it a backup of the run, re-checked with a takeover
-claim after a uniform random 1–2 heartbeats until the run ends or is won;
-``overlap`` emits ``skip`` and backs up both the earlier run and the new
-slot; ``late`` and ``early`` emit ``skip`` (after ``early`` the clock is
-re-read and the slot claimed again when it is due on the store's clock).
+run; ``running`` makes it a backup of the run (:mod:`leasecron.backups`),
+re-checked with a takeover claim until the run ends or is won;
+``overlap`` emits ``skip`` and backs up both the other run and the new
+slot (not a manual one: its request was consumed); ``late``, ``early`` and
+``paused`` emit ``skip`` (after ``early`` the clock is re-read and the slot
+claimed again when it is due on the store's clock), except that a manual
+claim's ``late`` means its request expired, which is logged; ``none`` and
+``done`` do nothing. ``remove(job)`` stops all of it for a job; its live
+runs end as usual.
 
-On start, each job is recovered (catch-up): its unfinished runs are backed
-up or taken over, and the latest slot, if it was due less than ``catch_up_ms``
-ago, is claimed after a jitter with reason ``catch-up``. A store that cannot
-be used at start (down, refusing the credentials) does not stop the instance:
-the recovery, and the reading of the store's clock (:class:`~leasecron.clock.ClockSync`),
-are tried again with a backoff (``BOOT_RETRY_MS``) until the store answers.
+On start, each job is recovered (catch-up, :mod:`leasecron.catch_up`): its
+unfinished runs are backed up or taken over, and the latest slot, if it was
+due less than ``catch_up_ms`` ago, is claimed after a jitter with reason
+``catch-up``. A store that cannot be used at start (down, refusing the
+credentials) does not stop the instance: the recovery, and the reading of
+the store's clock (:class:`~leasecron.clock.ClockSync`), are tried again
+with a backoff (``BOOT_RETRY_MS``) until the store answers.
 """
 
 from __future__ import annotations
@@ -31,13 +38,17 @@ import random
 import threading
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .clock import ClockSync, StoreClock
+from .controls import ManualRequest
 from .errors import StoreError, StoreUnavailable
 from .events import ClaimText, Emitter, SlotText, error_text, log
 from .jobs import Job
+from .backups import Backups
+from .catch_up import recover
 from .live import LiveRun, RunSupport
+from .manual_runs import RequestPoller
 from .pool import ClaimPool
 from .retry import call_until
 from .runs import LATE_TOLERANCE_MS, Claim, Run
@@ -56,7 +67,7 @@ IN_FLIGHT_WAIT_S = 0.1
 #: (clock, recovery of each job) is tried again, doubled after each failure up to the last.
 BOOT_RETRY_MS = (500, 30_000)
 #: The outcomes of a new claim that emit ``skip`` (the ``reason`` of the event).
-_SKIPS = (Outcome.OVERLAP, Outcome.LATE, Outcome.EARLY)
+_SKIPS = (Outcome.OVERLAP, Outcome.LATE, Outcome.EARLY, Outcome.PAUSED)
 
 
 class _Stopping(Exception):
@@ -77,7 +88,8 @@ class Engine:
     time is read through ``clock``. So a test can drive an engine in one
     thread, without waiting: a clock of its own, a scheduler it steps
     (:meth:`~leasecron.scheduler.Scheduler.run_due`) after :meth:`boot`,
-    and workers and an executor that run each task at once.
+    and workers and an executor that run each task at once. ``poll_ms``:
+    how often it asks the store for requests of manual runs.
     """
 
     def __init__(
@@ -88,6 +100,7 @@ class Engine:
         clock: StoreClock,
         *,
         claim_threads: int = 4,
+        poll_ms: int = 1_000,
         scheduler: Optional[Scheduler] = None,
         workers: Optional[Workers] = None,
         claims: Optional[Executor] = None,
@@ -102,7 +115,8 @@ class Engine:
         #: Set to cut a stop short (a second signal): live handlers are abandoned.
         self.cold = threading.Event()
         self._live: Dict[Tuple[str, int], LiveRun] = {}
-        self._backing_up: Set[Tuple[str, int]] = set()
+        #: The jobs scheduled here, by name: a task of a job that is not (``remove``) is dropped.
+        self._jobs: Dict[str, Job] = {}
         self._scheduler = scheduler or Scheduler(clock, self._on_task_error)
         self._workers = workers or Workers()
         claims = claims or ThreadPoolExecutor(claim_threads, thread_name_prefix="leasecron-claims")
@@ -116,6 +130,15 @@ class Engine:
             monotonic=clock.monotonic,
             ended=self._run_ended,
         )
+        self._backups = Backups(
+            self._lock, later=self._scheduler.call_later, submit=self._claims.submit,
+            check=lambda job, slot_ms: self._claim(job, slot_ms, Reason.TAKEOVER),
+            may_watch=self._may_back_up, holds=self._holds, now_ms=clock.now_ms,
+        )  # fmt: skip
+        self._poller = RequestPoller(
+            store, runner, poll_ms, timers=self._scheduler, monotonic=clock.monotonic, submit=self._claims.submit,
+            jobs=self._jobs.get, claim=self._claim, on_error=self._on_task_error,
+        )  # fmt: skip
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -127,11 +150,28 @@ class Engine:
     def boot(self, jobs: List[Job]) -> None:
         """From the claim pool: read the store's clock, plan each job's next slot and recover it
         (catch-up). :meth:`start` without the scheduler thread, for an owner that steps it."""
+        with self._lock:
+            self._jobs.update((job.name, job) for job in jobs)
         self._claims.submit(self._boot, jobs)
 
     def add(self, job: Job) -> None:
         """Schedule a job registered while running."""
+        with self._lock:
+            self._jobs[job.name] = job
         self._scheduler.call_at(0, self._boot_job, job)
+
+    def remove(self, job: Job) -> None:
+        """Stop scheduling ``job``: its slots, catch-up, backups and manual runs; its live runs go on.
+        A job registered again under its name since (another :class:`Job`) is left alone."""
+        with self._lock:
+            if self._jobs.get(job.name) is job:
+                del self._jobs[job.name]
+                self._backups.forget_job(job.name)
+
+    def offer(self, job: Job, request: ManualRequest) -> None:
+        """Claim a request for a manual run of ``job`` that this instance made, without waiting to poll."""
+        if self._active(job):
+            self._poller.offer(job, request)
 
     def live_runs(self) -> List[Run]:
         """The runs executing now."""
@@ -146,7 +186,7 @@ class Engine:
             first = not self._stopping
             self._stopping = True
             live = list(self._live.values())
-            self._backing_up.clear()
+            self._backups.clear()
             # nothing new is claimed: every claim goes through the claim pool, closed now
             pending = self._claims.close() if first else []
         if not first:
@@ -190,16 +230,21 @@ class Engine:
         for job in jobs:
             self._boot_job(job)
         self._scheduler.call_later(wait_ms, self._claims.submit, self._resync_clock)
+        self._poller.start()
 
     def _boot_job(self, job: Job) -> None:
+        if not self._active(job):
+            return
         slot = job.schedule.next_after(self.clock.now_ms())
         self._scheduler.call_at(slot + self._jitter(job), self._fire, job, slot)
         self._claims.submit(self._recover, job)
 
     def _recover(self, job: Job, retry_ms: int = BOOT_RETRY_MS[0]) -> None:
         """Catch-up on start; tried again, with backoff, until the store answers."""
+        if not self._active(job):
+            return
         try:
-            self._recover_once(job)
+            recover(job, self._store, self.clock, watch=self._backups.watch, catch_up=self._catch_up)
         except StoreError as exc:  # the store is down (or refuses us) at start: never give up on the job
             why = "is unreachable" if isinstance(exc, StoreUnavailable) else "failed"
             line = "leasecron: cannot recover job %r on start, runner %r: the store %s (%s); trying again in %.1f s"
@@ -208,8 +253,13 @@ class Engine:
             next_retry_ms = min(2 * retry_ms, BOOT_RETRY_MS[1])
             self._scheduler.call_later(retry_ms, self._claims.submit, self._recover, job, next_retry_ms)
 
+    def _catch_up(self, job: Job, slot_ms: int) -> None:
+        self._scheduler.call_later(self._jitter(job), self._claims.submit, self._claim, job, slot_ms, Reason.CATCH_UP)
+
     def _fire(self, job: Job, slot_ms: int) -> None:
         """In the scheduler thread, at ``slot_ms`` + jitter: claim it, and plan the next slot."""
+        if not self._active(job):
+            return
         self._claims.submit(self._claim, job, slot_ms, Reason.SCHEDULE)
         following = job.schedule.next_after(slot_ms)
         latest = job.schedule.at_or_before(self.clock.now_ms())
@@ -217,33 +267,13 @@ class Engine:
             following = latest
         self._scheduler.call_at(following + self._jitter(job), self._fire, job, following)
 
-    def _recover_once(self, job: Job) -> None:
-        """Catch-up on start: unfinished runs first, then the missed latest slot."""
-        now = self.clock.now_ms()
-        latest = job.schedule.at_or_before(now)
-        claimed_latest = False
-        unfinished = call_until(
-            lambda: self._store.unfinished(job.name), self.clock.monotonic() + 2 * job.options.heartbeat_ms / 1000
-        )
-        for run in unfinished:
-            claimed_latest = claimed_latest or run.slot_ms == latest
-            if run.lease_alive(now):
-                self._back_up(job, run.slot_ms)  # lease alive: a backup of it
-            elif latest is None or run.slot_ms >= latest:
-                self._back_up(job, run.slot_ms, delay_ms=0)  # expired, still the latest: claim the next attempt now
-            # else expired with a newer slot due: leave it; the next run replaces it
-        catch_up = job.options.catch_up_ms
-        if latest is not None and not claimed_latest and catch_up > 0 and now - latest < catch_up:
-            self._scheduler.call_later(
-                self._jitter(job), self._claims.submit, self._claim, job, latest, Reason.CATCH_UP
-            )
-
-    def _claim(self, job: Job, slot_ms: int, reason: Reason) -> Optional[Claim]:
+    def _claim(self, job: Job, slot_ms: int, reason: Reason, max_late: Optional[int] = None) -> Optional[Claim]:
         """Send one claim (retried while its answer matters) and act on the outcome."""
-        if self._stopping:
+        if self._stopping or not self._active(job):
             return None
         opts = job.options
-        max_late = opts.catch_up_ms if reason == Reason.CATCH_UP else opts.max_late_ms
+        if max_late is None:
+            max_late = opts.catch_up_ms if reason == Reason.CATCH_UP else opts.max_late_ms
         if reason == Reason.TAKEOVER:
             matters_s = opts.heartbeat_ms / 1000
         else:
@@ -259,7 +289,8 @@ class Engine:
             nonlocal sent
             if self._stopping:  # a retry after stop(): give up quietly, do not keep calling the store
                 raise _Stopping()
-            if not self._clock_sync.due(slot_ms):  # chosen before a (re)sync moved the clock
+            # a slot chosen before a (re)sync moved the clock; a manual slot is the store's own "now"
+            if reason != Reason.MANUAL and not self._clock_sync.due(slot_ms):
                 raise _NotDue()
             sent = self.clock.monotonic()  # the try that wins starts the lease: the local deadline counts from it
             return self._store.claim(
@@ -289,7 +320,7 @@ class Engine:
             return None
         answered = self.clock.monotonic()
         outcome = claim.outcome
-        answer = ClaimText(claim, self.clock.now_ms, max_late)
+        answer = ClaimText(claim, self.clock.now_ms, max_late, reason)
         if reason == Reason.TAKEOVER:
             log.debug("leasecron: backup check job %r slot %s runner %r: %s", *ids, answer)
         elif outcome not in _SKIPS and outcome != Outcome.WON:  # these have lines of their own
@@ -299,13 +330,16 @@ class Engine:
             self._start_run(job, claim.run, sent)
             self._clock_sync.check_drift(claim.run.lease_end_ms - opts.lease_ms, sent, answered)
         elif outcome == Outcome.RUNNING:
-            self._back_up(job, slot_ms)
+            self._backups.watch(job, slot_ms)
+        elif outcome == Outcome.LATE and reason == Reason.MANUAL:
+            log.warning("leasecron: expired job %r slot %s runner %r (%s): %s", *ids, reason, answer)
         elif outcome in _SKIPS:
             log.info("leasecron: skipped job %r slot %s runner %r (%s): %s", *ids, outcome, answer)
             self._emitter.emit("skip", job.name, slot_ms, reason=outcome, run=claim.run)
             if outcome == Outcome.OVERLAP and claim.run is not None:
-                self._back_up(job, claim.run.slot_ms)
-                self._back_up(job, slot_ms)
+                self._backups.watch(job, claim.run.slot_ms)
+                if reason != Reason.MANUAL:  # a skipped request was consumed: its slot gets no run
+                    self._backups.watch(job, slot_ms)
             elif outcome == Outcome.EARLY:
                 # our estimate of the store's clock runs ahead (its clock stepped back): re-read
                 # it, and claim the slot again when it is due on the store's clock
@@ -313,45 +347,6 @@ class Engine:
                 due = max(slot_ms + self._jitter(job), self.clock.now_ms() + opts.heartbeat_ms)
                 self._scheduler.call_at(due, self._claims.submit, self._claim, job, slot_ms, reason)
         return claim
-
-    # -- backups -------------------------------------------------------------------------
-
-    def _back_up(self, job: Job, slot_ms: int, delay_ms: Optional[float] = None) -> None:
-        """Become a backup of the run at ``slot_ms`` (idempotent): check it after ``delay_ms``
-        (default: a random 1-2 heartbeats), and again and again while it may need us."""
-        key = (job.name, slot_ms)
-        with self._lock:
-            if self._stopping or key in self._backing_up or key in self._live:
-                return
-            self._backing_up.add(key)
-        self._plan_backup_check(job, slot_ms, delay_ms)
-
-    def _plan_backup_check(self, job: Job, slot_ms: int, delay_ms: Optional[float] = None) -> None:
-        if delay_ms is None:
-            delay_ms = random.uniform(1, 2) * job.options.heartbeat_ms
-        self._scheduler.call_later(delay_ms, self._claims.submit, self._check_as_backup, job, slot_ms)
-
-    def _check_as_backup(self, job: Job, slot_ms: int) -> None:
-        """A backup's check: a takeover claim; stay its backup while the run may need us."""
-        key = (job.name, slot_ms)
-        with self._lock:
-            if key not in self._backing_up:
-                return
-        claim = self._claim(job, slot_ms, Reason.TAKEOVER)
-        if claim is None:
-            keep = True
-        elif claim.outcome == Outcome.RUNNING:
-            with self._lock:
-                keep = claim.run is not None and all(live.run.token != claim.run.token for live in self._live.values())
-        elif claim.outcome == Outcome.NONE:  # nobody claimed the slot yet; it may still be claimed
-            keep = self.clock.now_ms() <= slot_ms + job.options.max_late_ms + LATE_TOLERANCE_MS
-        else:
-            keep = False
-        with self._lock:
-            if keep and key in self._backing_up and not self._stopping:
-                self._plan_backup_check(job, slot_ms)
-            else:
-                self._backing_up.discard(key)
 
     # -- live runs ---------------------------------------------------------------------------
 
@@ -362,7 +357,7 @@ class Engine:
             if not stopping:
                 live = LiveRun(self._support, job, run, claim_sent)
                 self._live[live.key] = live
-                self._backing_up.discard(live.key)
+                self._backups.forget(live.key)
         if stopping:  # won while stopping: hand it straight back, it costs no attempt
             log.info("leasecron: won job %r slot %s attempt %d runner %r (%s) while stopping: releasing it", *ids)
             try:
@@ -387,6 +382,18 @@ class Engine:
 
     def _on_task_error(self, exc: BaseException) -> None:
         self._emitter.emit("error", None, None, error=error_text(exc))
+
+    def _may_back_up(self, job: Job, key: Tuple[str, int]) -> bool:
+        """Under the lock: whether a run may be backed up now (not stopping, not live here, the job scheduled)."""
+        return not self._stopping and key not in self._live and self._active(job)
+
+    def _holds(self, run: Run) -> bool:
+        """Under the lock: whether ``run`` (its current attempt) is one this instance executes."""
+        return any(live.run.token == run.token for live in self._live.values())
+
+    def _active(self, job: Job) -> bool:
+        """Whether ``job`` is scheduled here: not removed, nor replaced by a job registered again."""
+        return self._jobs.get(job.name) is job
 
     def _jitter(self, job: Job) -> float:
         return random.uniform(0, job.options.jitter_ms)

@@ -4,10 +4,11 @@
 type     when                                                    ``reason``
 ======== ======================================================= ===================
 start    this instance starts an attempt                         schedule, catch-up,
-                                                                 takeover
+                                                                 takeover, manual
 success  the handler returned and the finish was recorded
 failed   the handler raised; recorded as failed (``error``)
-skip     a claim was refused                                     overlap, late, early
+skip     a claim was refused                                     overlap, late, early,
+                                                                 paused
 lost     the lease was lost: fenced by a newer attempt, or not   fenced, unrenewed
          renewable for ``lease_ms`` (``error`` says more)
 handover the run was released on ``stop()`` for a backup
@@ -25,7 +26,9 @@ lazy ``%``-style arguments, in one shape::
 ``runner`` is always the instance that logs the line; the detail may name
 another one (the runner holding a lease). A slot is shown in UTC with a ``Z``
 (:func:`slot_text`), with milliseconds only when it has some. Lines about
-the instance itself read ``leasecron: <what> runner 'web-1'...``.
+the instance itself read ``leasecron: <what> runner 'web-1'...``, and lines
+about a job as a whole, which has no slot (``paused``, ``resumed``,
+``removed``), ``leasecron: <what> job 'x' runner 'web-1'[: <detail>]``.
 
 ========  ===================================================================
 level     lines
@@ -33,14 +36,21 @@ level     lines
 DEBUG     ``heartbeat renewed``; ``backup check`` (each takeover claim of a
           backup, and its answer: ``running elsewhere: backup of attempt
           1 by 'web-2', lease ends in 412 ms``, ``won``, ``done``,
-          ``none``); ``claimed`` (a scheduled or catch-up claim answered
-          ``running``, ``done`` or ``none``); the store's clock offset
-INFO      ``won`` (schedule, catch-up), ``took over`` (takeover),
-          ``skipped`` (overlap, late, early, with why), ``succeeded``,
-          ``handed over``; starting and stopping
+          ``none``); ``claimed`` (a scheduled, catch-up or manual claim
+          answered ``running``, ``done`` or ``none``); the store's clock
+          offset
+INFO      ``won`` (schedule, catch-up, manual), ``took over`` (takeover),
+          ``skipped`` (overlap, late, early, paused, with why),
+          ``succeeded``, ``handed over``; ``paused``, ``resumed`` and
+          ``triggered`` (this instance's :meth:`~leasecron.LeaseCron.pause`,
+          ``resume`` and ``trigger``); ``removed`` (``remove_job``);
+          starting and stopping
 WARNING   ``lost`` (the instance was fenced or could not renew: it stops the
           handler, and a backup runs the slot again); ``abandoned``; a
-          heartbeat that failed and is retried; the start-up retried
+          heartbeat that failed and is retried; the start-up retried;
+          ``expired`` (a manual claim came after its request expired); the
+          first failed poll for requests of manual runs (the next ones
+          until one works: DEBUG)
 ERROR     ``failed`` (with the handler's traceback); a claim that failed;
           a callback or task that raised (with its traceback)
 ========  ===================================================================
@@ -60,7 +70,7 @@ from typing import Callable, Dict, List, Optional
 
 from .errors import ConfigError
 from .runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
-from .states import Outcome
+from .states import Outcome, Reason
 
 __all__ = ["Event", "EVENT_TYPES", "Emitter", "log", "error_text", "slot_text", "SlotText", "ClaimText"]
 
@@ -196,18 +206,29 @@ class ClaimText:
 
     ``now_ms`` (the instance's estimate of the store's clock) is read only
     when the line is emitted, to show how long a live lease still lasts;
-    ``max_late_ms`` is the one the claim was sent with.
+    ``max_late_ms`` and ``reason`` are the ones the claim was sent with (a
+    ``manual`` claim's ``late`` and ``none`` are about its request).
     """
 
-    __slots__ = ("claim", "now_ms", "max_late_ms")
+    __slots__ = ("claim", "now_ms", "max_late_ms", "reason")
 
-    def __init__(self, claim: Claim, now_ms: Callable[[], int], max_late_ms: Optional[int] = None) -> None:
+    def __init__(
+        self, claim: Claim, now_ms: Callable[[], int], max_late_ms: Optional[int] = None, reason: Optional[str] = None
+    ) -> None:
         self.claim = claim
         self.now_ms = now_ms
         self.max_late_ms = max_late_ms
+        self.reason = reason
 
     def __str__(self) -> str:
         outcome, run = self.claim.outcome, self.claim.run
+        if self.reason == Reason.MANUAL and outcome == Outcome.LATE:
+            late_s = LATE_TOLERANCE_MS // 1000
+            return f"the request expired: nobody claimed it within max_late_ms ({self.max_late_ms} ms) + {late_s} s"
+        if self.reason == Reason.MANUAL and outcome == Outcome.NONE:
+            return "none: the request is no longer pending (another instance acted on it)"
+        if outcome == Outcome.PAUSED:
+            return "the job is paused: no new run starts until it is resumed"
         if run is None:
             if outcome == Outcome.LATE:
                 late_s = LATE_TOLERANCE_MS // 1000

@@ -1,8 +1,9 @@
 """The claim pool: where an instance's store calls run, off the scheduler thread.
 
 Every store call the engine makes on its own behalf (claims: scheduled,
-catch-up and takeover, so the pool's threads are also the backup pollers;
-the start-up's recovery; readings of the store's clock) runs here, so the
+catch-up, takeover and manual, so the pool's threads are also the backup
+pollers; the polls for requests of manual runs; the start-up's recovery;
+readings of the store's clock) runs here, so the
 scheduler thread never waits on the store. :class:`ClaimPool` wraps an
 :class:`~concurrent.futures.Executor` (the engine's default: a few threads
 named ``leasecron-claims``; a test may give one that runs each task at once,

@@ -36,7 +36,7 @@ from leasecron.scheduler import Scheduler
 from leasecron.workers import Workers
 from tests.engine.support import FAST
 
-__all__ = ["ManualTime", "InlineExecutor", "InlineWorkers", "Stepped", "at"]
+__all__ = ["ManualTime", "InlineExecutor", "InlineWorkers", "Stepped", "advance_together", "at"]
 
 #: A Monday, 10:00:00.000 UTC (epoch ms): slots of every schedule of these tests fall at round values.
 MONDAY_10H = 1_767_607_200_000
@@ -109,10 +109,17 @@ class InlineWorkers(Workers):
 
 class Stepped:
     """One instance (runner ``runner``) whose engine the test drives; ``store`` may be shared
-    with another :class:`Stepped` (then give it the other's ``time``)."""
+    with another :class:`Stepped` (then give it the other's ``time``, or use :meth:`peer`).
+    ``poll_ms``: how often it polls for requests of manual runs (from its boot on)."""
 
     def __init__(
-        self, start_ms: int, runner: str = "a", *, time: Optional[ManualTime] = None, store: Optional[Store] = None
+        self,
+        start_ms: int,
+        runner: str = "a",
+        *,
+        time: Optional[ManualTime] = None,
+        store: Optional[Store] = None,
+        poll_ms: int = 1_000,
     ) -> None:
         self.time = time or ManualTime(start_ms)
         self.store: Store = store or MemoryStore(clock=self.time.store_ms)
@@ -126,9 +133,13 @@ class Stepped:
         for name in EVENT_TYPES:
             self.emitter.on(name, self.events.append)
         self.engine = Engine(
-            self.store, runner, self.emitter, self.clock,
+            self.store, runner, self.emitter, self.clock, poll_ms=poll_ms,
             scheduler=self.scheduler, workers=self.workers, claims=InlineExecutor(),
         )  # fmt: skip
+
+    def peer(self, runner: str, store: Optional[Store] = None, **options: Any) -> "Stepped":
+        """Another instance on the same time and store (or ``store``, a wrapper of it)."""
+        return Stepped(self.time.store_ms(), runner, time=self.time, store=store or self.store, **options)
 
     def job(self, schedule: Any, func: Optional[Handler] = None, *, name: str = "job", **options: Any) -> Job:
         """A job (FAST options unless overridden) whose handler does nothing by default."""
@@ -161,9 +172,24 @@ class Stepped:
         """The ``start`` events, as (slot_ms, attempt, reason) dicts, in order."""
         return [{"slot_ms": e.slot_ms, "attempt": e.attempt, "reason": e.reason} for e in self.of("start")]
 
+    def skipped(self) -> List[Dict[str, Any]]:
+        """The ``skip`` events, as (job, slot_ms, reason) dicts, in order."""
+        return [{"job": e.job, "slot_ms": e.slot_ms, "reason": e.reason} for e in self.of("skip")]
+
     def stop(self, *, errors: bool = False) -> None:
         """Stop the engine. No scheduled callback or worker task raised; no ``error`` event came
         unless ``errors``."""
         self.engine.stop(0)
         assert self.errors == [] and self.workers.failures == [], (self.errors, self.workers.failures)
         assert errors or self.of("error") == [], [e.error for e in self.of("error")]
+
+
+def advance_together(ms: int, *instances: Stepped) -> None:
+    """Let ``ms`` pass on the time the ``instances`` share, 1 ms at a time, each of them running
+    what falls due at each step, in the order given."""
+    time = instances[0].time
+    assert all(i.time is time for i in instances)
+    for _ in range(ms):
+        time.advance(1)
+        for instance in instances:
+            instance.scheduler.run_due()

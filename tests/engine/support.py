@@ -17,6 +17,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from leasecron import Context, Event, LeaseCron, Run, Store
+from leasecron.controls import ManualRequest
+from leasecron.stores import DelegatingStore
 from tests.helpers import wait_for
 
 #: The options of a fast test job: a short lease, frequent heartbeats, no jitter.
@@ -179,6 +181,7 @@ def every_second(cron: LeaseCron, name: str = "job") -> "tuple[Recorder, int]":
     cron.start()
     return rec, rec.wait("success", timeout=3).slot_ms
 
+
 class Seen:
     """Every event of one instance, with the host's monotonic time it arrived (no store call)."""
 
@@ -222,3 +225,22 @@ class Seen:
         """The types of the events so far (of ``job``, if given), in order, leaving out those in ``but``."""
         fields = {} if job is None else {"job": job}
         return [e.type for e in self.of(**fields) if e.type not in but]
+
+
+class CountingPolls(DelegatingStore):
+    """A store that counts the calls of ``pending_requests()`` (an instance's polls for requests)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.polls = 0
+        self._lock = threading.Lock()
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        with self._lock:
+            self.polls += 1
+        return super()._pending_requests()
+
+
+def request_states(store: Store, job: str = "job") -> List[Tuple[int, str]]:
+    """The (slot_ms, state) of the requests for manual runs the store keeps of ``job``, oldest first."""
+    return [(r.slot_ms, r.state) for r in store.job_state(job).requests]

@@ -27,6 +27,7 @@ from chaoslib.proxy import FaultyProxy  # noqa: E402
 
 import leasecron  # noqa: E402
 from leasecron import Claim, LeaseCron, MemoryStore, Store  # noqa: E402
+from leasecron.controls import ManualRequest  # noqa: E402
 from leasecron.stores import ClaimRequest, DelegatingStore  # noqa: E402
 from tests.conftest import BACKENDS, SERVERS, Backend  # noqa: E402
 from tests.engine.support import CATCH_UP_HOUR, FAST, HOURLY, Seen, latest_hourly_slot  # noqa: E402
@@ -41,11 +42,17 @@ CALL_TIMEOUT_S = 0.3
 
 class DropsRepliesFromFirstClaim(DelegatingStore):
     """The instance's store: switches the proxy to dropping the server's replies just before the
-    first claim it passes on, and notes the reason and token of every claim (every try)."""
+    first claim it passes on, and notes the reason and token of every claim (every try).
 
-    def __init__(self, inner: Store, proxy: FaultyProxy) -> None:
+    The instance's polls for manual runs go to ``polls`` (the server directly): a poll in flight
+    when the replies start being dropped would hold the proxied connection, and the claim would
+    open a new one, whose handshake (redis-py's ``CLIENT SETINFO``) gets no reply: the claim
+    would never be sent, and this test is about a claim that was."""
+
+    def __init__(self, inner: Store, proxy: FaultyProxy, polls: Store) -> None:
         super().__init__(inner)
         self.proxy = proxy
+        self.polls = polls
         self.tries: List[Tuple[str, Optional[str]]] = []
         self._lock = threading.Lock()
 
@@ -55,6 +62,9 @@ class DropsRepliesFromFirstClaim(DelegatingStore):
             if len(self.tries) == 1:
                 self.proxy.drop_replies()
         return super()._claim(request)
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        return self.polls.pending_requests()
 
 
 def _proxied_url(backend: Backend, proxy: FaultyProxy, host: str, port: int) -> str:
@@ -94,7 +104,7 @@ def test_a_claim_whose_reply_was_lost_is_won_by_its_retry(proxied: Tuple[Backend
     # A claim of slot 0 is late and stores nothing, but opens the connection (and the schema, and on
     # Redis registers the job): the dropped replies hit the claim itself, not a first call's set-up.
     assert inner.claim(JOB, 0, runner="A").outcome == "late"
-    store = DropsRepliesFromFirstClaim(inner, proxy)
+    store = DropsRepliesFromFirstClaim(inner, proxy, direct)
     cron = LeaseCron(store, runner="A", catch_up_ms=CATCH_UP_HOUR, stop_timeout_ms=2_000, **FAST)
     seen = Seen(cron)
     cron.add_job(lambda: None, HOURLY, name=JOB)

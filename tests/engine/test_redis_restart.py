@@ -53,6 +53,15 @@ KINDS = ["valkey"] + (["redis"] if servers.server_binary("redis") else [])
 
 
 
+
+def run_errors(seen: Any) -> List[Any]:
+    """The ``error`` events but the instance's failed polls for manual runs, which a server that is
+    down causes too: at most one per outage, without a job (checked here)."""
+    errors = seen.of("error")
+    polls = [e for e in errors if e.job is None and "pending requests" in (e.error or "")]
+    assert len(polls) <= 1, polls
+    return [e for e in errors if e not in polls]
+
 @pytest.fixture(params=KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
     """The server binary: valkey-server, and redis-server where one is installed."""
@@ -198,7 +207,7 @@ def test_persistent_server_restarted_within_the_lease_the_run_continues(
         assert t.seen.types("job") == ["start", "success"]
 
         instance_is_working(t.cron, t.seen)
-        assert t.seen.of("lost") == [] and t.seen.of("error") == []
+        assert t.seen.of("lost") == [] and run_errors(t.seen) == []
         assert logged.errors() == []
 
 
@@ -252,7 +261,7 @@ def test_persistent_server_down_longer_than_the_lease_the_run_is_lost_then_taken
             b_store.close()
 
         assert t.seen.types("job") == ["start", "lost"]
-        assert t.seen.of("error") == []
+        assert run_errors(t.seen) == []
         instance_is_working(t.cron, t.seen)
         assert any("lost" in m for m in logged.at(logging.WARNING)), "the log is not captured"
         assert logged.errors() == []
@@ -291,5 +300,5 @@ def test_server_without_persistence_restarted_within_the_lease_the_run_is_lost(
         recorded = stored(t.observer, "tick", tick.slot_ms)
         assert (recorded.status, recorded.runner, recorded.token) == ("success", "a", tick.token)
         assert t.observer.get_run("job", t.ctx.slot_ms) is None  # the lost run was never written again
-        assert t.seen.of("error") == []
+        assert run_errors(t.seen) == []
         assert logged.errors() == []

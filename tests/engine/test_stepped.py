@@ -11,27 +11,41 @@ store instead: test_catch_up.py, test_takeover.py, test_overlap.py, test_clock.p
 
 from __future__ import annotations
 
+import logging
 from typing import List, Tuple
 
 import pytest
 
-from leasecron import MemoryStore
+from leasecron import LeaseCron, MemoryStore, Store
+from leasecron.controls import ManualRequest
+from leasecron.events import slot_text
 from leasecron.runs import Claim
-from tests.engine.stepped import ManualTime, Stepped, at
-from tests.engine.support import CATCH_UP_HOUR, HEARTBEAT, HOURLY, dead_claim, stored
+from leasecron.stores import ClaimRequest, DelegatingStore
+from tests.engine.stepped import ManualTime, Stepped, advance_together, at
+from tests.engine.support import (
+    CATCH_UP_HOUR,
+    HEARTBEAT,
+    HOURLY,
+    CountingPolls,
+    dead_claim,
+    request_states,
+    stored,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
 
 class ClaimLog(MemoryStore):
-    """A memory store that notes every claim: (reason, slot_ms, the store's time)."""
+    """A memory store that notes every claim: (reason, slot_ms, the store's time), and its job."""
 
     def __init__(self, time: ManualTime) -> None:
         super().__init__(clock=time.store_ms)
         self.claims: List[Tuple[str, int, int]] = []
+        self.claimed_jobs: List[str] = []
 
     def claim(self, job: str, slot_ms: int, **kwargs: object) -> Claim:  # type: ignore[override]
         self.claims.append((str(kwargs.get("reason")), slot_ms, self.now_ms()))
+        self.claimed_jobs.append(job)
         return super().claim(job, slot_ms, **kwargs)  # type: ignore[arg-type]
 
     def takeovers(self, slot_ms: int) -> List[int]:
@@ -285,4 +299,214 @@ def test_a_stalled_scheduler_claims_the_overdue_slot_and_then_only_the_latest() 
     assert [e["slot_ms"] for e in s.started()] == [at(1), at(2), at(6), at(7)]
     assert [s.store.get_run("job", at(n)) for n in (3, 4, 5)] == [None, None, None]
     assert s.of("skip") == []
+    s.stop()
+
+
+# -- pause, resume and manual runs (docs/protocol.rst, rules 16-19) ------------------------------------
+
+
+class Listed(DelegatingStore):
+    """A store whose ``pending_requests()`` answers the list the test sets (a poll's answer that is out
+    of date by the time it is acted on), and that notes the slot of every manual claim sent."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.requests: List[ManualRequest] = []
+        self.manual_claims: List[int] = []
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        return list(self.requests)
+
+    def _claim(self, request: ClaimRequest) -> Claim:
+        if request.reason == "manual":
+            self.manual_claims.append(request.slot_ms)
+        return super()._claim(request)
+
+
+def test_a_paused_job_skips_each_new_slot_on_every_instance_and_resume_runs_the_next_one() -> None:
+    """Rules 16 and 18: while the job is paused, each new slot is answered paused on both instances
+    (skip, reason paused; no run); after resume the next slot runs, and the skipped slots are not
+    caught up."""
+    a = Stepped(at(0.5))
+    b = a.peer("b")
+    for s in (a, b):
+        s.boot(s.job(1, catch_up_ms=0))
+    advance_together(600, a, b)  # at(1.1)
+    assert len(a.started() + b.started()) == 1
+    a.store.pause("job", by="ops", note="vendor API down")
+    advance_together(2_000, a, b)  # at(3.1)
+    for s in (a, b):
+        assert s.skipped() == [{"job": "job", "slot_ms": at(n), "reason": "paused"} for n in (2, 3)]
+        assert [e.run for e in s.of("skip")] == [None, None]
+    a.store.resume("job", by="ops")
+    advance_together(2_000, a, b)  # at(5.1)
+    assert sorted(e["slot_ms"] for s in (a, b) for e in s.started()) == [at(1), at(4), at(5)]
+    assert sorted(r.slot_ms for r in a.store.runs("job")) == [at(1), at(4), at(5)]
+    assert len(a.skipped()) == len(b.skipped()) == 2
+    a.stop()
+    b.stop()
+
+
+def test_a_paused_jobs_unfinished_run_is_still_taken_over() -> None:
+    """Rule 16: pausing does not touch a run already running; a backup takes it over when its
+    runner died, as for a job that is not paused."""
+    s = Stepped(at(1800))
+    dead = dead_claim(s.store, "job", at(0), 800)
+    s.boot(s.job(HOURLY, catch_up_ms=0))
+    s.store.pause("job", by="ops")
+    s.advance_to(dead.lease_end_ms + 2 * HEARTBEAT + 1)
+    assert s.started() == [{"slot_ms": at(0), "attempt": 2, "reason": "takeover"}]
+    assert stored(s.store, "job", at(0)).status == "success" and s.of("skip") == []
+    s.stop()
+
+
+def test_a_request_runs_once_across_instances_at_the_next_poll_with_reason_manual() -> None:
+    """Rules 17 and 19: a request is found by the next poll (poll_ms after the last one) and run
+    once, with reason manual, by the first instance that claims it; the others never claim it."""
+    reasons: List[Tuple[str, str]] = []
+    a = Stepped(at(0.5))
+    b, c = a.peer("b"), a.peer("c")
+    for s in (a, b, c):
+        s.boot(s.job(HOURLY, lambda ctx: reasons.append((ctx.reason, ctx.runner)), catch_up_ms=0))
+    advance_together(1, a, b, c)
+    request = a.store.request_run("job", by="ops")
+    advance_together(998, a, b, c)  # the instances polled at boot; the next poll is 1 s later
+    assert [e for s in (a, b, c) for e in s.events] == []
+    advance_together(1, a, b, c)
+    assert a.started() == [{"slot_ms": request.slot_ms, "attempt": 1, "reason": "manual"}]
+    advance_together(3_000, a, b, c)
+    assert [len(s.events) for s in (a, b, c)] == [2, 0, 0]  # a's start and success
+    assert reasons == [("manual", "a")]
+    run = stored(a.store, "job", request.slot_ms)
+    assert (run.status, run.reason, run.runner) == ("success", "manual", "a")
+    assert request_states(a.store) == [(request.slot_ms, "claimed")]
+    for s in (a, b, c):
+        s.stop()
+
+
+@pytest.mark.parametrize("jobs", [1, 50])
+def test_one_pending_requests_call_per_poll_ms_whatever_the_number_of_jobs(jobs: int) -> None:
+    """An instance polls for requests once at boot and then once per poll_ms, for all of its jobs."""
+    time = ManualTime(at(0.5))
+    store = CountingPolls(MemoryStore(clock=time.store_ms))
+    s = Stepped(at(0.5), time=time, store=store, poll_ms=250)
+    s.boot(*[s.job(HOURLY, name=f"job-{n}", catch_up_ms=0) for n in range(jobs)])
+    s.advance(10_000)
+    assert store.polls == 1 + 10_000 // 250
+    s.stop()
+
+
+def test_a_paused_jobs_request_runs_all_the_same() -> None:
+    """Rule 17: a paused job's scheduled slot is skipped, its request runs."""
+    s = Stepped(at(0.5))
+    s.boot(s.job(1, catch_up_ms=0))
+    s.store.pause("job", by="ops")
+    request = s.store.request_run("job", by="ops")
+    s.advance(1_000)  # at(1.5): at(1) is answered paused; the poll at(1.5) finds the request
+    assert s.skipped() == [{"job": "job", "slot_ms": at(1), "reason": "paused"}]
+    assert s.started() == [{"slot_ms": request.slot_ms, "attempt": 1, "reason": "manual"}]
+    s.stop()
+
+
+def test_a_manual_run_obeys_overlap_skip() -> None:
+    """Rule 17 with overlap="skip": a request made while a run of the job holds its lease is
+    skipped (skip, reason overlap, with that run); the request's slot gets no run and is not backed
+    up, and the live run is, and is taken over when its runner died."""
+    s, store = logged(at(1800))
+    dead = dead_claim(store, "job", at(0), 3_000)
+    s.boot(s.job(HOURLY, catch_up_ms=0))
+    request = store.request_run("job", by="ops")
+    s.advance(1_000)
+    assert s.skipped() == [{"job": "job", "slot_ms": request.slot_ms, "reason": "overlap"}]
+    (skip,) = s.of("skip")
+    assert skip.run is not None and skip.run.token == dead.token
+    assert request_states(store) == [(request.slot_ms, "skipped")] and store.get_run("job", request.slot_ms) is None
+    s.advance_to(dead.lease_end_ms + 2 * HEARTBEAT + 1)
+    assert s.started() == [{"slot_ms": at(0), "attempt": 2, "reason": "takeover"}]
+    assert store.takeovers(request.slot_ms) == []
+    s.stop()
+
+
+def test_with_overlap_allow_a_manual_run_starts_beside_a_live_run() -> None:
+    """overlap="allow": a request runs while another run of the job holds its lease."""
+    s = Stepped(at(1800))
+    dead_claim(s.store, "job", at(0), 3_000)
+    s.boot(s.job(HOURLY, catch_up_ms=0, overlap="allow"))
+    request = s.store.request_run("job", by="ops")
+    s.advance(1_000)
+    assert s.started() == [{"slot_ms": request.slot_ms, "attempt": 1, "reason": "manual"}] and s.of("skip") == []
+    s.stop()
+
+
+def test_a_request_nobody_claims_expires_and_a_late_claim_of_it_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Rule 19: a request no instance claims is pending until max_late_ms + 10 s after its slot,
+    then expired (no instance here has its job). A claim sent after that, from a poll's answer
+    that was out of date, is answered late: the instance logs the expiry and emits nothing."""
+    time = ManualTime(at(0.5))
+    cron = LeaseCron(MemoryStore(clock=time.store_ms), runner="ops")
+    cron.add_job(lambda: None, HOURLY, name="job", max_late_ms=1_000)
+    slot = cron.trigger("job")  # an instance that never started
+    listed = Listed(cron.store)
+    s = Stepped(at(0.5), time=time, store=listed)
+    s.boot(s.job(HOURLY, name="other", catch_up_ms=0))
+    (request,) = cron.store.pending_requests()
+    assert (request.slot_ms, request.requested_by, request.expires_ms) == (slot, "ops", slot + 11_000)
+    s.advance_to(slot + 11_000)
+    assert request_states(cron.store) == [(slot, "pending")]
+    s.advance(1)
+    assert request_states(cron.store) == [(slot, "expired")] and cron.store.pending_requests() == []
+    assert s.events == [] and listed.manual_claims == []
+    # an instance that has the job acts on an answer that still lists the request
+    late = s.peer("late", store=listed)
+    listed.requests = [request]
+    caplog.set_level(logging.INFO, logger="leasecron")
+    late.boot(late.job(HOURLY, catch_up_ms=0))
+    line = f"leasecron: expired job 'job' slot {slot_text(slot)} runner 'late' (manual): the request expired:"
+    (record,) = [r for r in caplog.records if r.getMessage().startswith(line)]
+    assert record.levelno == logging.WARNING and "max_late_ms (1000 ms) + 10 s" in record.getMessage()
+    assert late.events == [] and listed.manual_claims == [slot]
+    s.stop()
+    late.stop()
+
+
+def test_a_request_is_claimed_once_by_an_instance_while_polls_still_list_it() -> None:
+    """An instance claims a request once: a poll that lists it again after the claim was answered
+    (here done: another instance ran it) sends no second claim, and the answer emits nothing."""
+    a = Stepped(at(0.5))
+    listed = Listed(a.store)
+    b = a.peer("b", store=listed)
+    for s in (a, b):
+        s.boot(s.job(HOURLY, catch_up_ms=0))
+    request = a.store.request_run("job", by="ops")
+    advance_together(1_000, a, b)
+    assert [e.type for e in a.events] == ["start", "success"]
+    listed.requests = [request]
+    advance_together(3_000, a, b)
+    assert listed.manual_claims == [request.slot_ms] and b.events == []
+    a.stop()
+    b.stop()
+
+
+def test_a_removed_job_is_no_longer_scheduled_backed_up_or_run_on_request() -> None:
+    """Engine.remove (LeaseCron.remove_job): the job's slots stop here, its backups stop, its
+    requests are left to other instances; the other jobs go on."""
+    s, store = logged(at(0.5))
+    removed, kept = s.job(1, name="job", catch_up_ms=0), s.job(1, name="other", catch_up_ms=0)
+    s.boot(removed, kept)
+    s.advance_to(at(1.1))
+    dead = dead_claim(store, "job", at(1.5), 2_000)
+    s.advance_to(at(2.1))  # at(2) overlaps the dead run: both are backed up
+    assert [e["slot_ms"] for e in s.started()] == [at(1), at(1), at(2)]
+    s.engine.remove(removed)
+    claims = len(store.claims)
+    request = store.request_run("job", by="ops")
+    s.advance_to(dead.lease_end_ms + 3_000)
+    assert set(store.claimed_jobs[claims:]) == {"other"}
+    assert [e.job for e in s.of("start")][3:] == ["other"] * 4  # at(3) ... at(6)
+    assert request_states(store) == [(request.slot_ms, "pending")]
+    assert stored(store, "job", at(1.5)).token == dead.token  # never taken over here
+    s.engine.add(s.job(1, name="job", catch_up_ms=0))  # registered again: scheduled, and its request run
+    s.advance(1_000)
+    started = [(e.job, e.slot_ms, e.reason) for e in s.of("start")][-3:]
+    assert started == [("job", request.slot_ms, "manual"), ("other", at(7), "schedule"), ("job", at(7), "schedule")]
     s.stop()
