@@ -98,14 +98,14 @@ def test_runs_table(process_backend: Backend) -> None:
     assert result.returncode == 0, result.stderr
     rows = parse_table(result.stdout)
     assert list(rows[0]) == ["job", "slot (local)", "slot (UTC)", "attempt", "runner", "status", "lease left",
-                             "handed over", "error"]  # fmt: skip
-    cells = [(r["job"], r["slot (local)"], r["slot (UTC)"], r["attempt"], r["runner"], r["status"], r["handed over"])
-             for r in rows]  # fmt: skip
+                             "handed over", "attempts", "error"]  # fmt: skip
+    cells = [(r["job"], r["slot (local)"], r["slot (UTC)"], r["attempt"], r["runner"], r["status"], r["handed over"],
+              r["attempts"]) for r in rows]  # fmt: skip
     assert cells == [
-        ("alpha", kolkata(third), utc_time(third), "1", "host-2", "running", "no"),
-        ("alpha", kolkata(second), utc_time(second), "1", "host-1", "failed", "no"),
-        ("alpha", kolkata(first), utc_time(first), "1", "host-0", "success", "no"),
-        ("beta", kolkata(first), utc_time(first), "1", "host-9", "running", "yes"),
+        ("alpha", kolkata(third), utc_time(third), "1", "host-2", "running", "no", "1 host-2 running"),
+        ("alpha", kolkata(second), utc_time(second), "1", "host-1", "failed", "no", "1 host-1 failed"),
+        ("alpha", kolkata(first), utc_time(first), "1", "host-0", "success", "no", "1 host-0 success"),
+        ("beta", kolkata(first), utc_time(first), "1", "host-9", "running", "yes", "1 host-9 handed_over"),
     ]
     left = re.fullmatch(r"(\d+\.\d) s", rows[0]["lease left"])
     assert left and 40 < float(left.group(1)) <= 60, rows[0]["lease left"]
@@ -133,7 +133,8 @@ def test_runs_job_limit_and_json(tmp_path: Path) -> None:
     assert data == expected
     assert [d["status"] for d in data] == ["running", "failed"]
     assert set(data[0]) == {"job", "slot_ms", "slot", "attempt", "token", "runner", "status", "lease_end_ms",
-                            "handed_over", "reason", "error", "started_ms", "finished_ms"}  # fmt: skip
+                            "handed_over", "reason", "error", "started_ms", "finished_ms", "attempts"}  # fmt: skip
+    assert [(a["number"], a["runner"], a["outcome"]) for a in data[1]["attempts"]] == [(1, "host-1", "failed")]
 
 
 def test_runs_empty_store(tmp_path: Path) -> None:

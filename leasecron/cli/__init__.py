@@ -1,24 +1,40 @@
 """The ``leasecron`` command (also ``python -m leasecron``).
 
-============================================  ===================================================
-``leasecron demo [--seconds N]``              3 worker processes on one SQLite store: claims, a
-                                              crash and takeover, a hand-over, and a summary
-``leasecron runs URL [--job] [--limit]``      the stored runs, grouped by job, newest first: slot
-                                              in local time and UTC, attempt, runner, status,
-                                              lease left, hand-over, error (``--json``)
-``leasecron jobs [URL] [--app module:attr]``  each job's last run and stored runs; with
-                                              ``--app``, its schedule and next slot (``--json``)
-``leasecron check URL``                       connectivity, schema, clock offset, round trip
-``leasecron run module:attr``                 run a LeaseCron object until SIGTERM (a warm stop);
-                                              a second signal stops at once (a cold stop)
-============================================  ===================================================
+================================================  ===============================================
+``leasecron demo [--seconds N]``                  3 worker processes on one SQLite store: claims,
+                                                  a crash and takeover, a hand-over, a summary
+``leasecron runs URL [--job] [--limit]``          the stored runs, grouped by job, newest first:
+                                                  slot in local time and UTC, attempt, runner,
+                                                  status, lease left, hand-over, the chain of
+                                                  attempts, error
+``leasecron jobs [URL] [--app module:attr]``      each job's last run and stored runs, whether it
+                                                  is paused (by whom, when, why), its pending
+                                                  manual runs; with ``--app``, its schedule and
+                                                  next slot
+``leasecron show URL JOB SLOT``                   one run: every field, every attempt, errors in
+                                                  full (SLOT: epoch ms or ISO 8601)
+``leasecron pause URL JOB [--note TEXT]``         pause a job on every instance: its new slots
+                                                  are skipped until it is resumed
+``leasecron resume URL JOB``                      undo ``pause``
+``leasecron trigger URL JOB [--wait]``            one manual run now, on one instance; prints
+                                                  its slot; ``--wait``: exit 0 once it succeeded,
+                                                  1 when it failed or nobody claimed it
+``leasecron check URL``                           connectivity, schema, clock offset, round trip
+``leasecron run module:attr``                     run a LeaseCron object until SIGTERM (a warm
+                                                  stop); a second signal stops at once (cold)
+================================================  ===============================================
 
-The commands live in :mod:`~leasecron.cli.commands` (one function per
-command, shared with the ``flask leasecron`` group of
-:mod:`leasecron.contrib.flask`) and their tables in
-:mod:`~leasecron.cli.tables`. Expected errors print one line on stderr: a bad
-option, URL or ``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2,
-a failed command with 1.
+Every command but ``demo``, ``check`` and ``run`` takes ``--json``;
+``pause``, ``resume`` and ``trigger`` take ``--by WHO`` (default:
+``user@host``). The commands live in :mod:`~leasecron.cli.commands`,
+:mod:`~leasecron.cli.controls` and :mod:`~leasecron.cli.show` (one function
+per command, shared with the ``flask leasecron`` group of
+:mod:`leasecron.contrib.flask`), their tables in :mod:`~leasecron.cli.tables`.
+``runs``, ``jobs`` and ``show`` only read;
+``pause``, ``resume`` and ``trigger`` write, and none of them creates a store.
+Expected errors print one line on stderr: a bad option, URL or
+``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2, a failed
+command with 1.
 """
 
 from __future__ import annotations
@@ -29,7 +45,7 @@ from typing import Any, List, Optional
 
 from .. import __version__
 from ..errors import ConfigError, LeaseCronError
-from . import commands, demo
+from . import commands, controls, demo, show
 
 __all__ = ["main", "build_parser"]
 
@@ -59,19 +75,85 @@ def build_parser() -> argparse.ArgumentParser:
     _url_argument(runs)
     runs.add_argument("--job", metavar="NAME", help="only this job (default: every job with stored runs)")
     runs.add_argument("--limit", type=int, default=20, metavar="N", help="runs per job (default: 20)")
-    _json_argument(runs, "runs")
+    _json_argument(runs, "a JSON list of the runs (with their attempts)")
 
     jobs = _command(
         sub,
         "jobs",
-        "list the jobs: last run, stored runs, and (with --app) schedule and next slot",
-        "List each job with stored runs: its last run and how many runs the store keeps. The store holds no"
+        "list the jobs: last run, stored runs, paused or not, pending manual runs, (with --app) next slot",
+        "List each job with stored runs, or paused, or with requests for manual runs: its last run, how many"
+        " runs the store keeps, who paused it, when and why, and its pending manual runs. The store holds no"
         " schedules: --app module:attr (a LeaseCron, or a Flask app with LeaseCronExtension) adds each"
         " registered job's schedule and next slot." + _READS_ONLY,
     )
     _url_argument(jobs, "store URL (default: the store of --app's LeaseCron)")
     jobs.add_argument("--app", metavar="module:attr", help="the LeaseCron (or Flask app) that registers the jobs")
-    _json_argument(jobs, "jobs")
+    _json_argument(jobs, "a JSON list of the jobs")
+
+    show = _command(
+        sub,
+        "show",
+        "show one run: every field, and every attempt with its error in full",
+        "Print the run of JOB at SLOT: every field, then its attempts, oldest first (runner, reason, start,"
+        " end, outcome), and each error in full." + _READS_ONLY,
+    )
+    _url_argument(show)
+    _job_argument(show)
+    show.add_argument(
+        "slot", metavar="SLOT", help="the run's slot: epoch ms (1764625203123) or ISO 8601 (2026-12-01T21:40:03Z;"
+        " without an offset, UTC)"
+    )  # fmt: skip
+    _json_argument(show, "the run as a JSON object (with its attempts)")
+
+    pause = _command(
+        sub,
+        "pause",
+        "pause a job on every instance: its new slots are skipped until resume",
+        "Mark JOB paused in the store, with who paused it, when and why: every instance skips its new scheduled"
+        " and catch-up slots until `leasecron resume`. A run that is running goes on; a triggered run still"
+        " runs." + _WRITES,
+    )
+    _url_argument(pause)
+    _job_argument(pause)
+    pause.add_argument("--note", metavar="TEXT", help="why it is paused (shown by `leasecron jobs`)")
+    _by_argument(pause)
+    _json_argument(pause, "the job's state as a JSON object")
+
+    resume = _command(
+        sub,
+        "resume",
+        "resume a paused job: its next slot runs as usual",
+        "Clear the pause of JOB: its next slot runs as usual; the slots skipped while it was paused are not"
+        " caught up." + _WRITES,
+    )
+    _url_argument(resume)
+    _job_argument(resume)
+    _by_argument(resume)
+    _json_argument(resume, "the job's state as a JSON object")
+
+    trigger = _command(
+        sub,
+        "trigger",
+        "run a job once now, on one instance; --wait for its end",
+        "Ask for one manual run of JOB now (reason 'manual', slot = the store's clock) and print its slot. One"
+        " started instance that registers the job runs it, within its poll_ms; unclaimed, the request expires"
+        " max_late_ms + 10 s later. It runs even while the job is paused, and obeys its overlap setting. With"
+        " --wait, wait for the run to end: exit 0 when it succeeded, 1 when it failed, was interrupted or"
+        " skipped, the request expired, or the wait timed out." + _WRITES,
+    )
+    _url_argument(trigger)
+    _job_argument(trigger)
+    trigger.add_argument(
+        "--max-late-ms", type=int, default=30_000, metavar="N",
+        help="how long an instance may take to claim it, plus 10 s (default: 30000)",
+    )  # fmt: skip
+    trigger.add_argument("--wait", action="store_true", help="wait for the run to end; the exit code says how")
+    trigger.add_argument(
+        "--timeout", type=float, metavar="SECONDS",
+        help=f"with --wait: give up after this long, the run going on (default: {controls.DEFAULT_WAIT_S:.0f})",
+    )  # fmt: skip
+    _by_argument(trigger)
+    _json_argument(trigger, "a JSON object: the request, and with --wait the result and the run")
 
     check = _command(
         sub,
@@ -103,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Said by every command that only reads the store.
 _READS_ONLY = " Reads the store and creates nothing: a store that does not exist is an error naming what is missing."
+#: Said by every command that writes to the store.
+_WRITES = (
+    " Creates no store: a store that does not exist (a mistyped URL) is an error naming what is missing; an"
+    " instance, or `leasecron check URL`, creates it."
+)
 
 
 def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
@@ -119,8 +206,19 @@ def _url_argument(parser: argparse.ArgumentParser, optional: Optional[str] = Non
         parser.add_argument("url", nargs="?", metavar="URL", help=optional)
 
 
+def _job_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", metavar="JOB", help="the job's name")
+
+
+def _by_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--by", metavar="WHO", help="who acts, as the store records it (default: user@host of this process)"
+    )
+
+
 def _json_argument(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--json", action="store_true", help=f"print a JSON list of {what}")
+    """``--json``: print ``what`` (``"a JSON list of the runs"``) instead of the text."""
+    parser.add_argument("--json", action="store_true", help=f"print {what}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -130,6 +228,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         "demo": demo.cmd_demo,
         "runs": commands.cmd_runs,
         "jobs": commands.cmd_jobs,
+        "show": show.cmd_show,
+        "pause": controls.cmd_pause,
+        "resume": controls.cmd_resume,
+        "trigger": controls.cmd_trigger,
         "check": commands.cmd_check,
         "run": commands.cmd_run,
     }

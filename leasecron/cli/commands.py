@@ -1,13 +1,15 @@
 """The operators' commands: ``runs`` (what the store holds), ``jobs`` (each job's last and next
-run), ``check`` (can we reach the store, and how fast), ``run`` (run a LeaseCron object from an
-importable module until SIGTERM).
+run, its pause and pending manual runs), ``check`` (can we reach the store, and how fast),
+``run`` (run a LeaseCron object from an importable module until SIGTERM).
 
 One implementation serves both command lines: each command is a function
 that takes a store (or a LeaseCron) and returns the lines to print —
 ``runs_output``, ``jobs_output``, ``check_output`` — or runs the cron —
 ``run_cron``. The ``cmd_*`` functions are the ``leasecron`` command's glue
 (parsed arguments in, exit code out); :mod:`leasecron.contrib.flask` calls
-the same functions with the Flask app's own cron. Expected failures raise
+the same functions with the Flask app's own cron. The controls (``pause``,
+``resume``, ``trigger``, ``show``) live in :mod:`~leasecron.cli.controls`.
+Expected failures raise
 :class:`~leasecron.ConfigError` (exit 2) or :class:`CommandError` (exit 1),
 which the command lines print as one line, without a traceback.
 
@@ -153,13 +155,15 @@ def _store_of(cron: Optional[LeaseCron]) -> Store:
 
 
 def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[str]:
-    """The lines ``jobs`` prints: each job with stored runs (and each job of ``cron``), with its
-    last run, how many runs the store keeps, and — from ``cron``'s schedules — its next slot.
-    Creates nothing (:func:`reading`)."""
+    """The lines ``jobs`` prints: each job with stored runs, paused or with requests for manual
+    runs (and each job of ``cron``), with its last run, how many runs the store keeps, its pause
+    and pending manual runs (one :meth:`~leasecron.Store.job_states` call for every job), and —
+    from ``cron``'s schedules — its next slot. Creates nothing (:func:`reading`)."""
     registered = cron.jobs if cron is not None else {}
     with reading(store):
         now_ms = store.now_ms()
-        names = sorted(set(store.jobs()) | set(registered))
+        states = {state.job: state for state in store.job_states()}
+        names = sorted(set(store.jobs()) | set(registered) | set(states))
         runs_of = {name: store.runs(name, limit=COUNT_CAP + 1) for name in names}
     rows = []
     for name, runs in runs_of.items():
@@ -173,12 +177,14 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
                 schedule=job.schedule if job else None,
                 next_ms=job.schedule.next_after(now_ms) if job else None,
                 registered=job is not None,
+                state=states.get(name),
             )
         )
     if as_json:
         return [json.dumps([job_dict(row) for row in rows], indent=2)]
     if not rows:
-        return [f"No jobs in {store!r}: no job has stored runs" + ("" if cron is None else " or is registered")]
+        registered_too = "" if cron is None else " or registered"
+        return [f"No jobs in {store!r}: no job has stored runs or is paused{registered_too}"]
     return jobs_lines(rows, now_ms, repr(store), with_app=cron is not None)
 
 

@@ -1,4 +1,5 @@
-"""The tables the operators' commands print: ``runs`` and ``jobs``, made to be read at a glance.
+"""The tables the operators' commands print: ``runs``, ``jobs`` and ``show``, made to be read at
+a glance.
 
 Each ``*_lines`` function turns data already read from a store into the lines
 to print; it reads nothing itself, so the ``leasecron`` command and the
@@ -6,27 +7,34 @@ to print; it reads nothing itself, so the ``leasecron`` command and the
 slot as a date and time (the ``runs`` table in this host's local zone *and* in
 UTC, the ``jobs`` table in UTC), and a moment near now as a distance ("in 4m
 12s", "3.2 s ago"), which is what a person looking at a live cluster wants.
+A run's attempts read as a chain, ``1 web-1 expired → 2 web-2 success``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from datetime import datetime, timezone
 from typing import Dict, List, Optional, Sequence
 
+from ..controls import JobState, ManualRequest
 from ..runs import RUNNING, Run
 from ..schedules import CronSchedule, IntervalSchedule, Schedule
 
 __all__ = [
+    "CHAIN_SHOWN",
     "ERROR_WIDTH",
     "JobRow",
+    "attempt_chain",
     "format_table",
     "format_duration",
     "format_schedule",
     "job_dict",
     "jobs_lines",
     "local_time",
+    "request_line",
     "runs_lines",
+    "state_lines",
     "utc_time",
 ]
 
@@ -96,8 +104,12 @@ def format_schedule(schedule: Schedule) -> str:
 # -- runs ------------------------------------------------------------------------------------
 
 RUNS_HEADERS = [
-    "job", "slot (local)", "slot (UTC)", "attempt", "runner", "status", "lease left", "handed over", "error",
+    "job", "slot (local)", "slot (UTC)", "attempt", "runner", "status", "lease left", "handed over", "attempts",
+    "error",
 ]  # fmt: skip
+
+#: How many steps of a run's attempt chain the ``runs`` table shows (``show`` and ``--json`` have all).
+CHAIN_SHOWN = 4
 
 
 def runs_lines(runs: Sequence[Run], now_ms: int, where: str) -> List[str]:
@@ -116,12 +128,13 @@ def runs_lines(runs: Sequence[Run], now_ms: int, where: str) -> List[str]:
             run.status,
             lease_left(run, now_ms),
             "yes" if run.handed_over else "no",
+            attempt_chain(run),
             short_error(run.error),
         ]
         for run in runs
     ]
     jobs = len(set(run.job for run in runs))
-    lines = format_table(RUNS_HEADERS, rows, align="lllrlllll")
+    lines = format_table(RUNS_HEADERS, rows, align="lllrllllll")
     lines.append("")
     lines.append(f"{len(runs)} run(s) of {jobs} job(s), newest slot first, in {where}; local time is {_zone()}")
     return lines
@@ -135,6 +148,28 @@ def lease_left(run: Run, now_ms: int) -> str:
     if left > 0:
         return format_duration(left)
     return "released" if run.handed_over else "expired"
+
+
+def attempt_chain(run: Run, shown: int = CHAIN_SHOWN) -> str:
+    """The run's attempts, oldest first, as ``1 web-1 expired → 2 web-2 success``.
+
+    Of a longer chain than ``shown`` steps, the first and the newest ones, with
+    ``(N more)`` between. ``->`` stands for the arrow where stdout cannot encode it.
+    """
+    steps = [f"{a.number} {a.runner} {a.outcome}" for a in run.attempts]
+    if not steps:  # a store of the user's own that records no attempts
+        steps = [f"{run.attempt} {run.runner} {run.status}"]
+    if len(steps) > shown:
+        steps = steps[:1] + [f"({len(steps) - shown + 1} more)"] + steps[len(steps) - shown + 2 :]
+    return f" {_arrow()} ".join(steps)
+
+
+def _arrow() -> str:
+    try:
+        "→".encode(getattr(sys.stdout, "encoding", None) or "ascii")
+    except (LookupError, UnicodeEncodeError):
+        return "->"
+    return "→"
 
 
 def short_error(error: Optional[str], width: int = ERROR_WIDTH) -> str:
@@ -160,6 +195,7 @@ class JobRow:
     ``schedule`` and ``next_ms`` are known only for a job of the application
     given with ``--app`` (the store holds no schedules); ``stored`` counts the
     stored runs, and ``capped`` says the count stopped there (there are more).
+    ``state`` is the job's pause and requests, for a job that has either.
     """
 
     name: str
@@ -169,23 +205,33 @@ class JobRow:
     schedule: Optional[Schedule] = None
     next_ms: Optional[int] = None
     registered: bool = False
+    state: Optional[JobState] = None
 
 
-JOBS_HEADERS = ["job", "schedule", "runs", "last slot (UTC)", "status", "runner", "finished", "next slot (UTC)", "next"]
+JOBS_HEADERS = [
+    "job", "paused", "schedule", "runs", "last slot (UTC)", "status", "runner", "finished", "next slot (UTC)",
+    "next", "pending",
+]  # fmt: skip
 
 
 def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) -> List[str]:
-    """The ``jobs`` table, one line per job, and footnotes; ``now_ms`` is the store's clock."""
+    """The ``jobs`` table, one line per job, its paused jobs and pending manual runs, and
+    footnotes; ``now_ms`` is the store's clock."""
     cells = []
     for row in rows:
-        last = row.last
+        last, paused = row.last, row.state is not None and row.state.paused
         if row.schedule is not None:
             schedule = format_schedule(row.schedule)
         else:
             schedule = "(not in app)" if with_app else "-"
+        if row.next_ms is None:
+            upcoming = "-"
+        else:
+            upcoming = "(paused)" if paused else f"in {format_duration(row.next_ms - now_ms)}"
         cells.append(
             [
                 row.name,
+                "yes" if paused else "no",
                 schedule,
                 f"{row.stored}+" if row.capped else str(row.stored),
                 utc_time(last.slot_ms, bool(last.slot_ms % 1000)) if last else "never",
@@ -193,16 +239,50 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
                 last.runner if last else "-",
                 _finished(last, now_ms),
                 utc_time(row.next_ms, bool(row.next_ms % 1000)) if row.next_ms is not None else "-",
-                f"in {format_duration(row.next_ms - now_ms)}" if row.next_ms is not None else "-",
+                upcoming,
+                str(len(row.state.pending)) if row.state is not None else "0",
             ]
         )
-    lines = format_table(JOBS_HEADERS, cells, align="llr")
+    lines = format_table(JOBS_HEADERS, cells, align="lllr") + state_lines(
+        [row.state for row in rows if row.state is not None], now_ms
+    )
     lines.append("")
     lines.append(f"{len(rows)} job(s) in {where}; 'runs' counts the runs the store keeps (history_size per job)")
     if not with_app:
         lines.append("schedule and next slot: '-' because the store holds no schedules; to show them, add")
         lines.append("  --app module:attr (your LeaseCron, or a Flask app with LeaseCronExtension)")
     return lines
+
+
+def state_lines(states: Sequence[JobState], now_ms: int) -> List[str]:
+    """Under the ``jobs`` table: who paused each paused job, when and why, and each pending
+    request for a manual run (none of either: no line)."""
+    paused = [state for state in states if state.paused]
+    pending = [request for state in states for request in state.pending]
+    width = max([len(state.job) for state in paused] + [len(request.job) for request in pending] + [0])
+    lines = []
+    if paused:
+        lines += ["", "Paused (new slots are skipped on every instance until resumed):"]
+        for state in paused:
+            when = f"{utc_time(state.paused_ms)} UTC" if state.paused_ms is not None else "(unknown)"
+            ago = f" ({format_duration(now_ms - state.paused_ms)} ago)" if state.paused_ms is not None else ""
+            note = f": {' '.join(state.note.split())}" if state.note else ""
+            lines.append(f"  {state.job.ljust(width)}  by {state.paused_by}, {when}{ago}{note}")
+    if pending:
+        lines += ["", "Pending manual runs (an instance with the job claims each within its poll_ms):"]
+        lines += [f"  {request.job.ljust(width)}  {request_line(request, now_ms)}" for request in pending]
+    return lines
+
+
+def request_line(request: ManualRequest, now_ms: int) -> str:
+    """A request for a manual run: ``slot 2026-12-01 21:52:03.123 UTC, by bob@laptop, pending,
+    expires in 35.9 s``; ``now_ms`` is the store's clock."""
+    if request.pending:
+        left = request.expires_ms - now_ms
+        expiry = f"expires in {format_duration(left)}" if left > 0 else "expires now"
+    else:
+        expiry = request.state
+    return f"slot {utc_time(request.slot_ms, True)} UTC ({request.slot_ms}), by {request.requested_by}, {expiry}"
 
 
 def _finished(run: Optional[Run], now_ms: int) -> str:
@@ -214,7 +294,10 @@ def _finished(run: Optional[Run], now_ms: int) -> str:
 
 
 def job_dict(row: JobRow) -> Dict[str, object]:
-    """A row of the ``jobs`` table as plain JSON-ready values (``--json``)."""
+    """A row of the ``jobs`` table as plain JSON-ready values (``--json``): the job's last run and
+    next slot, and its pause (``paused``, ``paused_by``, ``paused_ms``, ``note``) and the
+    requests for manual runs the store keeps (``requests``, each with its ``state``)."""
+    state = row.state if row.state is not None else JobState(row.name)
     return {
         "job": row.name,
         "registered": row.registered,
@@ -226,4 +309,9 @@ def job_dict(row: JobRow) -> Dict[str, object]:
         "next_slot": (
             datetime.fromtimestamp(row.next_ms / 1000, tz=timezone.utc).isoformat() if row.next_ms is not None else None
         ),
+        "paused": state.paused,
+        "paused_by": state.paused_by,
+        "paused_ms": state.paused_ms,
+        "note": state.note,
+        "requests": [request.to_dict() for request in state.requests],
     }

@@ -47,44 +47,45 @@ key                            default     meaning
 ``LEASECRON_TZ``               ``"UTC"``   time zone of the cron strings
 ``LEASECRON_STOP_TIMEOUT_MS``  10000       how long ``stop()`` waits for running handlers
 ``LEASECRON_CLAIM_THREADS``    4           threads that send claims
+``LEASECRON_POLL_MS``          1000        how often to look for manual runs (trigger)
 =============================  ==========  ==================================================
 
 Integer keys may be strings of digits (values read from the environment).
 Any other key that starts with ``LEASECRON_`` is an error naming it (with
 the nearest known key), so that a typo never passes silently.
 
-The ``flask leasecron`` group runs the commands of :mod:`leasecron.cli.commands`
-on the app's own cron: ``runs [--job] [--limit] [--json]``, ``jobs [--json]``
-(with each job's schedule and next slot), ``check``, and ``run`` (the app's
-cron in the foreground until SIGTERM: a scheduler process of its own).
+The ``flask leasecron`` group (:mod:`leasecron.contrib.flask_commands`) runs the
+commands of :mod:`leasecron.cli.commands` and :mod:`leasecron.cli.controls` on
+the app's own cron: ``runs [--job]
+[--limit] [--json]``, ``jobs [--json]`` (with each job's schedule, pause and
+next slot), ``show JOB SLOT``, ``pause JOB [--note]``, ``resume JOB``,
+``trigger JOB [--wait]`` (on the app's jobs only; ``--by`` defaults to
+``user@host``; they write to the app's store as the app opened it), ``check``,
+and ``run`` (the app's cron in the foreground until SIGTERM: a scheduler
+process of its own).
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 try:
-    import click
     from flask import Flask, current_app
-    from flask.cli import AppGroup
 except ImportError as exc:  # pragma: no cover - the test environment has Flask
     raise ImportError(f"leasecron.contrib.flask needs Flask: pip install 'leasecron[flask]' ({exc})") from exc
 
-from ..cli import commands
-from ..errors import ConfigError, LeaseCronError
+from ..errors import ConfigError
 from ..events import EVENT_TYPES, Callback, Event
 from ..jobs import Handler, job_decorator, job_name, job_schedule
 from ..options import OPTION_NAMES, check_option
 from ..cron import LeaseCron
 from ..schedules import ScheduleSpec
 from ..stores import Store, open_store
+from .flask_commands import EXTENSION_KEY, cli, cron_of
 
 __all__ = ["LeaseCronExtension", "CONFIG_KEYS", "EXTENSION_KEY", "cli"]
-
-#: Where ``init_app`` puts the app's LeaseCron: ``app.extensions["leasecron"]``.
-EXTENSION_KEY = "leasecron"
 
 #: Each config key and the :class:`~leasecron.LeaseCron` option it sets.
 CONFIG_KEYS: Dict[str, str] = {
@@ -93,6 +94,7 @@ CONFIG_KEYS: Dict[str, str] = {
     **{f"LEASECRON_{name.upper()}": name for name in OPTION_NAMES},
     "LEASECRON_STOP_TIMEOUT_MS": "stop_timeout_ms",
     "LEASECRON_CLAIM_THREADS": "claim_threads",
+    "LEASECRON_POLL_MS": "poll_ms",
 }
 _KEY_OF = {name: key for key, name in CONFIG_KEYS.items()}
 _TEXT_OPTIONS = ("store", "runner", "overlap", "tz")
@@ -103,7 +105,7 @@ class LeaseCronExtension:
 
     ``options`` are the code's defaults of the app config keys, by option
     name (``store``, ``runner``, ``lease_ms``, … ``stop_timeout_ms``,
-    ``claim_threads``); the app's ``LEASECRON_*`` config keys win over them.
+    ``claim_threads``, ``poll_ms``); the app's ``LEASECRON_*`` config keys win over them.
     With ``app``, :meth:`init_app` is called at once.
     """
 
@@ -243,14 +245,6 @@ class LeaseCronExtension:
             raise ConfigError(f"leasecron settings of Flask app {app.name!r}: {_without_prefix(exc)}") from None
 
 
-def cron_of(app: Flask) -> LeaseCron:
-    """The LeaseCron in ``app.extensions["leasecron"]``; ConfigError if ``init_app`` was never called."""
-    cron = app.extensions.get(EXTENSION_KEY)
-    if not isinstance(cron, LeaseCron):
-        raise ConfigError(f"Flask app {app.name!r} has no leasecron: call LeaseCronExtension().init_app(app)")
-    return cron
-
-
 def _in_app_context(app: Flask, func: Handler) -> Handler:
     """``func`` run inside ``app.app_context()``; its signature (context or none) and name stay."""
 
@@ -288,75 +282,3 @@ def _nearest(word: str, known: Any) -> str:
 def _without_prefix(exc: Exception) -> str:
     text = str(exc)
     return text[len("LeaseCron: "):] if text.startswith("LeaseCron: ") else text
-
-
-# -- flask leasecron ... -------------------------------------------------------------------------
-
-
-class _UsageProblem(click.ClickException):
-    """A bad option or setting: exit code 2, as the ``leasecron`` command."""
-
-    exit_code = 2
-
-
-def _fail(exc: Exception) -> NoReturn:
-    if isinstance(exc, ConfigError):
-        raise _UsageProblem(str(exc)) from exc
-    raise click.ClickException(str(exc)) from exc
-
-
-def _echo(lines: List[str]) -> None:
-    for line in lines:
-        click.echo(line)
-
-
-cli = AppGroup("leasecron", help="leasecron: the app's cron jobs, their stored runs, and the store.")
-
-
-@cli.command("runs", short_help="List the stored runs, newest first.")
-@click.option("--job", metavar="NAME", help="Only this job (default: every job with stored runs).")
-@click.option("--limit", type=int, default=20, show_default=True, metavar="N", help="Runs per job.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of runs.")
-def _runs(job: Optional[str], limit: int, as_json: bool) -> None:
-    """List the stored runs, grouped by job, newest first."""
-    try:
-        _echo(commands.runs_output(cron_of(current_app).store, job, limit, as_json))
-    except (ConfigError, LeaseCronError) as exc:
-        _fail(exc)
-
-
-@cli.command("jobs", short_help="List the jobs: last run and next slot.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of jobs.")
-def _jobs(as_json: bool) -> None:
-    """List the app's jobs: schedule, last run, stored runs, next slot."""
-    try:
-        cron = cron_of(current_app)
-        _echo(commands.jobs_output(cron.store, cron, as_json))
-    except (ConfigError, LeaseCronError) as exc:
-        _fail(exc)
-
-
-@cli.command("check", short_help="Check the store: schema, clock, round trip.")
-def _check() -> None:
-    """Check the app's store: connectivity, schema, clock offset, round trip."""
-    try:
-        _echo(commands.check_output(cron_of(current_app).store))
-    except (ConfigError, LeaseCronError, commands.CommandError) as exc:
-        _fail(exc)
-
-
-@cli.command("run", short_help="Run the cron until SIGTERM.")
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    help="Level of the leasecron log on stderr.",
-)
-def _run(log_level: str) -> None:
-    """Run the app's cron in the foreground until SIGTERM (a second signal: at once)."""
-    try:
-        cron = cron_of(current_app)
-    except ConfigError as exc:
-        _fail(exc)
-    commands.run_cron(cron, f"the cron of Flask app {current_app.name!r}", log_level.upper())

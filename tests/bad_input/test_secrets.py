@@ -240,13 +240,21 @@ def _cli_urls(tmp_path: Path, port: int) -> Dict[str, str]:
     }
 
 
+#: Each command that takes a store URL, and its arguments after the URL.
+URL_COMMANDS = {
+    "check": [], "runs": [], "jobs": [], "show": ["job", "0"], "pause": ["job", "--note", "why"],
+    "resume": ["job"], "trigger": ["job", "--wait", "--timeout", "5"],
+}  # fmt: skip
+
+
 @pytest.mark.processes
-@pytest.mark.parametrize("command", ["check", "runs", "jobs"])
+@pytest.mark.parametrize("command", list(URL_COMMANDS))
 def test_commands_never_show_the_password(command: str, tmp_path: Path, closed_port: int) -> None:
-    """`leasecron check|runs|jobs URL` with a bad URL, a server that is not there or a role that
-    does not exist: exit 1 or 2 with one line on stderr, no traceback, no password."""
+    """`leasecron check|runs|jobs|show|pause|resume|trigger URL ...` with a bad URL, a server that
+    is not there or a role that does not exist: exit 1 or 2 with one line on stderr, no traceback,
+    no password."""
     for case, url in _cli_urls(tmp_path, closed_port).items():
-        result = _cli(command, url)
+        result = _cli(command, url, *URL_COMMANDS[command])
         assert result.returncode in (1, 2), (case, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, (case, result.stderr)
         _clean(result.stdout + result.stderr, shown=False)

@@ -7,6 +7,7 @@ import json
 import re
 import signal
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, List, Tuple
 
@@ -144,6 +145,7 @@ def test_every_config_key_sets_its_option() -> None:
         "LEASECRON_TZ": "Europe/Paris",
         "LEASECRON_STOP_TIMEOUT_MS": "2500",
         "LEASECRON_CLAIM_THREADS": 2,
+        "LEASECRON_POLL_MS": "250",
     }
     assert set(values) | {"LEASECRON_STORE"} == set(CONFIG_KEYS)
     ext = LeaseCronExtension()
@@ -152,7 +154,7 @@ def test_every_config_key_sets_its_option() -> None:
     app.config.update(LEASECRON_STORE="memory://", **values)
     cron = ext.init_app(app)
     assert isinstance(cron.store, MemoryStore)
-    assert (cron.runner, cron.stop_timeout_ms, cron._claim_threads) == ("runner-7", 2500, 2)
+    assert (cron.runner, cron.stop_timeout_ms, cron._claim_threads, cron.poll_ms) == ("runner-7", 2500, 2, 250)
     assert cron.jobs["j"].options == JobOptions(
         lease_ms=45_000, heartbeat_ms=4000, max_attempts=5, overlap="allow", catch_up_ms=0,
         max_late_ms=7000, jitter_ms=250, history_size=12, tz="Europe/Paris",
@@ -184,6 +186,7 @@ def test_config_wins_over_constructor_options() -> None:
         ({"LEASECRON_STORE": "mongodb://x"}, "Flask config LEASECRON_STORE: unknown store URL scheme 'mongodb'"),
         ({"LEASECRON_STORE": 42}, "Flask config LEASECRON_STORE must be a store URL or a leasecron Store"),
         ({"LEASECRON_STOP_TIMEOUT_MS": -5}, "stop_timeout_ms must be an integer from 0"),
+        ({"LEASECRON_POLL_MS": 0}, "poll_ms must be an integer from 1"),
         (
             {"LEASECRON_HEARTBEAT_MS": 20_000},
             "leasecron settings of Flask app 'bad': heartbeat_ms (20000) must be under half of lease_ms"
@@ -324,6 +327,77 @@ def test_flask_leasecron_bad_option_exits_2() -> None:
     result = app.test_cli_runner().invoke(args=["leasecron", "runs", "--limit", "0"])
     assert result.exit_code == 2
     assert "--limit must be at least 1" in result.output and "Traceback" not in result.output
+
+
+def test_flask_leasecron_pause_resume_trigger_and_show(backend: Backend) -> None:
+    """`flask leasecron pause|resume|trigger|show` on the app's store: pause with a note and --by
+    (`jobs` shows it), resume; trigger prints the slot of a request that expires after the job's
+    own max_late_ms + 10 s; show prints one run (`--json`: its to_dict()); a job that is not the
+    app's, or a bad SLOT: exit 2 with one line."""
+    store = backend.open()
+    newest, _, _ = make_runs(store)
+    app, ext = cli_app(store)
+    runner = app.test_cli_runner()
+
+    paused = runner.invoke(args=["leasecron", "pause", "report", "--note", "db migration", "--by", "ops@bastion"])
+    assert paused.exit_code == 0, paused.output
+    assert paused.output.startswith("Paused job 'report': by ops@bastion, ") and "note: db migration" in paused.output
+    state = store.job_state("report")
+    assert (state.paused, state.paused_by, state.note) == (True, "ops@bastion", "db migration")
+    jobs = runner.invoke(args=["leasecron", "jobs"])
+    assert {row["job"]: row["paused"] for row in parse_table(jobs.output)} == {"cleanup": "no", "report": "yes"}
+    assert re.search(r"^  report  by ops@bastion, .*: db migration$", jobs.output, re.M), jobs.output
+    resumed = runner.invoke(args=["leasecron", "resume", "report", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.output)["paused"] is False and not store.job_state("report").paused
+
+    triggered = runner.invoke(args=["leasecron", "trigger", "report", "--by", "ops@bastion", "--json"])
+    assert triggered.exit_code == 0, triggered.output
+    request = json.loads(triggered.output)["request"]
+    max_late_ms = ext.get_cron(app).jobs["report"].options.max_late_ms
+    assert (request["job"], request["requested_by"], request["state"]) == ("report", "ops@bastion", "pending")
+    assert request["expires_ms"] == request["slot_ms"] + max_late_ms + 10_000
+    text = runner.invoke(args=["leasecron", "trigger", "report"])
+    assert re.match(r"Requested a manual run of 'report': slot \d+ ", text.output), text.output
+
+    shown = runner.invoke(args=["leasecron", "show", "report", str(newest.slot_ms)])
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"^status\s+failed$", shown.output, re.M) and "error of attempt 1:" in shown.output
+    iso = datetime.fromtimestamp(newest.slot_ms / 1000, tz=timezone.utc).isoformat()
+    assert json.loads(runner.invoke(args=["leasecron", "show", "report", iso, "--json"]).output) == newest.to_dict()
+
+    for args, message in [(["pause", "nope"], "job 'nope' is not a job of the app (its jobs: 'report')"),
+                          (["trigger", "nope"], "use `leasecron trigger URL JOB`"),
+                          (["show", "report", "noon"], "SLOT must be epoch milliseconds")]:  # fmt: skip
+        bad = runner.invoke(args=["leasecron", *args])
+        assert bad.exit_code == 2, (args, bad.output)
+        assert message in bad.output and "Traceback" not in bad.output, (args, bad.output)
+    assert not store.job_state("nope").requests and not store.job_state("nope").paused
+
+
+def test_flask_leasecron_trigger_wait_exit_codes() -> None:
+    """`flask leasecron trigger JOB --wait` with the app's cron started: exit 0 when the manual run
+    succeeded, 1 when it failed (its error printed)."""
+    ext = LeaseCronExtension()
+    ext.add_job(lambda: None, "0 0 1 1 *", name="fine")
+
+    @ext.job("0 0 1 1 *", name="broken")
+    def broken() -> None:
+        raise RuntimeError(f"broken in {current_app.name}")
+
+    app = make_app("trigger-app", LEASECRON_POLL_MS=50)  # yearly jobs: no slot is caught up
+    ext.init_app(app)
+    runner = app.test_cli_runner()
+    ext.start(app)
+    try:
+        fine = runner.invoke(args=["leasecron", "trigger", "fine", "--wait", "--timeout", "30"])
+        assert fine.exit_code == 0, fine.output
+        assert re.search(r"^success: the manual run of 'fine' .*; attempts: 1 \S+ success$", fine.output, re.M)
+        failed = runner.invoke(args=["leasecron", "trigger", "broken", "--wait", "--timeout", "30"])
+        assert failed.exit_code == 1, failed.output
+        assert re.search(r"^failed: .*\nerror: RuntimeError: broken in trigger-app$", failed.output, re.M)
+    finally:
+        ext.stop(app, timeout=10)
 
 
 # -- the example app, as real processes ---------------------------------------------------------

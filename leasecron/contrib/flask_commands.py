@@ -1,0 +1,193 @@
+"""The ``flask leasecron`` commands: the operators' commands of :mod:`leasecron.cli` on a Flask
+app's own cron, and :func:`cron_of`, which finds that cron.
+
+:class:`~leasecron.contrib.flask.LeaseCronExtension` adds the group to each app
+it initialises (its module documents the commands). Each command calls the
+function the ``leasecron`` command calls (:mod:`~leasecron.cli.commands`,
+:mod:`~leasecron.cli.controls`), with the app's store and jobs:
+
+* ``runs``, ``jobs``, ``show`` and ``check``, as ``leasecron`` does (``jobs``
+  with the schedule and next slot of each of the app's jobs);
+* ``pause``, ``resume`` and ``trigger`` act on the app's jobs only (another
+  name is an error naming the app's jobs, as for
+  :meth:`LeaseCron.pause <leasecron.LeaseCron.pause>`), with ``--by``
+  defaulting to ``user@host``; ``trigger``'s request expires after the job's
+  own ``max_late_ms`` + 10 s. They write to the app's store as the app opened
+  it: its URL is the app's configuration, not an operator's typing, so it may
+  create the store's schema, as the app's first instance would;
+* ``run`` runs the app's cron in the foreground until SIGTERM.
+
+Expected failures print one line: exit 2 for a bad option or setting, 1 for
+the rest (as the ``leasecron`` command); ``trigger --wait`` exits 1 when the run
+did not succeed.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, List, Optional
+
+try:
+    import click
+    from flask import Flask, current_app
+    from flask.cli import AppGroup
+except ImportError as exc:  # pragma: no cover - the test environment has Flask
+    raise ImportError(f"leasecron.contrib.flask needs Flask: pip install 'leasecron[flask]' ({exc})") from exc
+
+from ..cli import commands, controls, show
+from ..cron import LeaseCron
+from ..errors import ConfigError, LeaseCronError
+
+__all__ = ["EXTENSION_KEY", "cli", "cron_of"]
+
+#: Where ``init_app`` puts the app's LeaseCron: ``app.extensions["leasecron"]``.
+EXTENSION_KEY = "leasecron"
+
+
+def cron_of(app: Flask) -> LeaseCron:
+    """The LeaseCron in ``app.extensions["leasecron"]``; ConfigError if ``init_app`` was never called."""
+    cron = app.extensions.get(EXTENSION_KEY)
+    if not isinstance(cron, LeaseCron):
+        raise ConfigError(f"Flask app {app.name!r} has no leasecron: call LeaseCronExtension().init_app(app)")
+    return cron
+
+
+# -- flask leasecron ... -------------------------------------------------------------------------
+
+
+class _UsageProblem(click.ClickException):
+    """A bad option or setting: exit code 2, as the ``leasecron`` command."""
+
+    exit_code = 2
+
+
+def _command(func: Callable[..., Optional[int]]) -> Callable[..., None]:
+    """The body of a ``flask leasecron`` command: its expected failures as one line (exit 2 for a
+    bad option or setting, 1 for the rest), and the exit code it returns (``trigger --wait``)."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> None:
+        try:
+            code = func(*args, **kwargs)
+        except ConfigError as exc:
+            raise _UsageProblem(str(exc)) from exc
+        except (LeaseCronError, commands.CommandError) as exc:
+            raise click.ClickException(str(exc)) from exc
+        if code:
+            click.get_current_context().exit(code)
+
+    return command
+
+
+def _echo(lines: List[str]) -> None:
+    for line in lines:
+        click.echo(line)
+
+
+def _json(what: str) -> Callable[[Any], Any]:
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what}.")
+
+
+_by = click.option("--by", metavar="WHO", help="Who acts, as the store records it (default: user@host).")
+_job = click.argument("job")
+
+cli = AppGroup("leasecron", help="leasecron: the app's cron jobs, their stored runs, and the store.")
+
+
+@cli.command("runs", short_help="List the stored runs, newest first.")
+@click.option("--job", metavar="NAME", help="Only this job (default: every job with stored runs).")
+@click.option("--limit", type=int, default=20, show_default=True, metavar="N", help="Runs per job.")
+@_json("a JSON list of runs")
+@_command
+def _runs(job: Optional[str], limit: int, as_json: bool) -> None:
+    """List the stored runs, grouped by job, newest first, with their attempts."""
+    _echo(commands.runs_output(cron_of(current_app).store, job, limit, as_json))
+
+
+@cli.command("jobs", short_help="List the jobs: last run, pause, next slot.")
+@_json("a JSON list of jobs")
+@_command
+def _jobs(as_json: bool) -> None:
+    """List the app's jobs: schedule, last run, stored runs, pause, pending manual runs, next slot."""
+    cron = cron_of(current_app)
+    _echo(commands.jobs_output(cron.store, cron, as_json))
+
+
+@cli.command("show", short_help="Show one run with every attempt.")
+@_job
+@click.argument("slot")
+@_json("the run as a JSON object")
+@_command
+def _show(job: str, slot: str, as_json: bool) -> None:
+    """Show the run of JOB at SLOT (epoch ms, or ISO 8601: without an offset, UTC): every field,
+    every attempt, errors in full."""
+    _echo(show.show_output(cron_of(current_app).store, job, show.parse_slot(slot), as_json))
+
+
+@cli.command("pause", short_help="Pause a job on every instance.")
+@_job
+@click.option("--note", metavar="TEXT", help="Why it is paused (shown by `jobs`).")
+@_by
+@_json("the job's state as a JSON object")
+@_command
+def _pause(job: str, note: Optional[str], by: Optional[str], as_json: bool) -> None:
+    """Pause JOB on every instance: its new slots are skipped until `flask leasecron resume`; a
+    run that is running goes on, a triggered run still runs."""
+    cron = cron_of(current_app)
+    controls.check_registered(job, cron.jobs, "pause")
+    _echo(controls.pause_output(cron.store, job, controls.actor(by), note, as_json))
+
+
+@cli.command("resume", short_help="Resume a paused job.")
+@_job
+@_by
+@_json("the job's state as a JSON object")
+@_command
+def _resume(job: str, by: Optional[str], as_json: bool) -> None:
+    """Resume JOB: its next slot runs as usual (the skipped slots are not caught up)."""
+    cron = cron_of(current_app)
+    controls.check_registered(job, cron.jobs, "resume")
+    _echo(controls.resume_output(cron.store, job, controls.actor(by), as_json))
+
+
+@cli.command("trigger", short_help="Run a job once now, on one instance.")
+@_job
+@click.option("--max-late-ms", type=int, metavar="N", help="Claimed within N ms + 10 s (default: the job's).")
+@click.option("--wait", is_flag=True, help="Wait for the run to end: exit 0 only if it succeeded.")
+@click.option("--timeout", type=float, metavar="SECONDS", help="With --wait: give up after this long (3600).")
+@_by
+@_json("a JSON object: the request, and with --wait the result and the run")
+@_command
+def _trigger(
+    job: str, max_late_ms: Optional[int], wait: bool, timeout: Optional[float], by: Optional[str], as_json: bool
+) -> int:
+    """Run JOB once now, on one started instance of the app, and print its slot; with --wait, wait
+    for its end (exit 1 when it failed, or no instance claimed it in max_late_ms + 10 s)."""
+    cron = cron_of(current_app)
+    controls.check_registered(job, cron.jobs, "trigger")
+    wait_s = controls.wait_seconds(wait, timeout)
+    late = max_late_ms if max_late_ms is not None else cron.jobs[job].options.max_late_ms
+    by = controls.actor(by)
+    return controls.trigger(cron.store, job, by=by, max_late_ms=late, wait_s=wait_s, as_json=as_json, emit=click.echo)
+
+
+@cli.command("check", short_help="Check the store: schema, clock, round trip.")
+@_command
+def _check() -> None:
+    """Check the app's store: connectivity, schema, clock offset, round trip."""
+    _echo(commands.check_output(cron_of(current_app).store))
+
+
+@cli.command("run", short_help="Run the cron until SIGTERM.")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Level of the leasecron log on stderr.",
+)
+@_command
+def _run(log_level: str) -> None:
+    """Run the app's cron in the foreground until SIGTERM (a second signal: at once)."""
+    cron = cron_of(current_app)
+    commands.run_cron(cron, f"the cron of Flask app {current_app.name!r}", log_level.upper())
