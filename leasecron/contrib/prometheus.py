@@ -12,14 +12,18 @@
 shared by every instance instrumented into it) into an instance in two
 places, both in place before :meth:`~leasecron.LeaseCron.start`:
 
-* the instance's **events** (``cron.on``) count the ends of runs and the
-  leases lost;
+* the instance's **events** (``cron.on``) count the ends of runs, the
+  leases lost and the manual runs started;
 * its **store** is wrapped in a :class:`~leasecron.stores.DelegatingStore`
   that times and counts every claim the engine sends, and remembers the
   lease ends it was told, for the takeover delay.
 
-A third part, the **live-runs gauge**, is a collector that reads
-``cron.live_runs()`` of every instrumented instance when it is scraped.
+A third part, the **gauges**, is a collector that reads every instrumented
+instance when it is scraped: ``cron.live_runs()`` (no store call) for the
+live runs, and one ``store.job_states()`` call per store (one for every
+instance that shares it) for the paused jobs; a store that does not answer
+leaves its jobs out of ``job_paused`` for that scrape (logged), and the
+scrape goes on.
 
 ================================= ========= ================== =============================================
 metric                            type      labels             what
@@ -28,10 +32,10 @@ metric                            type      labels             what
                                                                ``success``, ``failed``, ``lost``, ``handover``
 ``leasecron_claims_total``        counter   job, reason,       claims this instance sent (reason
                                             outcome            ``schedule``, ``catch-up``, ``takeover`` — a
-                                                               backup's check) and the store's answer:
-                                                               ``won``, ``running``, ``overlap``, ``late``,
-                                                               ``early``, ``done``, ``none``; ``error`` when
-                                                               the call raised
+                                                               backup's check —, ``manual``) and the store's
+                                                               answer: ``won``, ``running``, ``overlap``,
+                                                               ``late``, ``early``, ``done``, ``none``,
+                                                               ``paused``; ``error`` when the call raised
 ``leasecron_claim_seconds``       histogram job                how long a claim call took, sent to answered
                                                                (the host's monotonic clock; retries of a
                                                                failed call are separate calls)
@@ -42,6 +46,12 @@ metric                            type      labels             what
 ``leasecron_takeover_delay_``     histogram job                see below
 ``seconds``
 ``leasecron_live_runs``           gauge     job                handlers executing on this instance now
+``leasecron_job_paused``          gauge     job                1 while the job is paused in the store (for
+                                                               every instance: ``cron.pause``), else 0; for
+                                                               the jobs registered on this instance
+``leasecron_manual_runs_total``   counter   job                manual runs (``cron.trigger``) this instance
+                                                               started: its ``start`` events with reason
+                                                               ``manual``
 ================================= ========= ================== =============================================
 
 **Takeover delay** is measured on the store's clock, for each takeover this
@@ -82,7 +92,7 @@ except ImportError as exc:  # pragma: no cover - tested in a process without pro
     ) from exc
 
 from ..errors import ConfigError
-from ..events import Event
+from ..events import Event, log
 from ..live import FENCED, UNRENEWED
 from ..runs import OUTCOMES, Claim, Outcome, Reason, Run
 from ..stores import ClaimRequest, DelegatingStore, Store
@@ -131,8 +141,8 @@ class Metrics:
     """The leasecron metrics of one registry and namespace; :meth:`instrument` adds an instance.
 
     The collectors are public attributes (``runs``, ``claims``,
-    ``claim_seconds``, ``lease_lost``, ``takeover_delay``) for tests and
-    custom dashboards. Creating a second ``Metrics`` for the same registry
+    ``claim_seconds``, ``lease_lost``, ``takeover_delay``, ``manual_runs``)
+    for tests and custom dashboards. Creating a second ``Metrics`` for the same registry
     and namespace fails as prometheus_client does (duplicated timeseries):
     use :func:`instrument`, which reuses the first.
     """
@@ -170,8 +180,12 @@ class Metrics:
             " attempt's lease end as last seen here (store clock).",
             ["job"], namespace=namespace, registry=registry, buckets=tuple(takeover_buckets),
         )  # fmt: skip
-        self._live = _LiveRuns(f"{namespace}_live_runs" if namespace else "live_runs")
-        registry.register(self._live)
+        self.manual_runs = Counter(
+            "manual_runs", "Manual runs (trigger) this instance started.", ["job"],
+            namespace=namespace, registry=registry,
+        )  # fmt: skip
+        self._gauges = _Gauges(namespace)
+        registry.register(self._gauges)
         self._lock = threading.Lock()
         self._jobs: Set[str] = set()
         self._instrumented: "weakref.WeakSet[LeaseCron]" = weakref.WeakSet()
@@ -194,8 +208,9 @@ class Metrics:
         for name in RUN_OUTCOMES:
             cron.on(name, self._on_end)
         cron.on("lost", self._on_lost)
+        cron.on("start", self._on_start)
         cron.store = _MeteredStore(cron.store, self)
-        self._live.add(cron)
+        self._gauges.add(cron)
 
     def known(self, job: str) -> None:
         """Create the series of ``job`` at zero (done for every job seen), so a rate starts from 0."""
@@ -211,6 +226,7 @@ class Metrics:
             self.lease_lost.labels(job, cause)
         self.claim_seconds.labels(job)
         self.takeover_delay.labels(job)
+        self.manual_runs.labels(job)
 
     # -- from the events ---------------------------------------------------------------
 
@@ -222,6 +238,10 @@ class Metrics:
         if event.job is not None:
             self.lease_lost.labels(event.job, event.reason or UNRENEWED).inc()
 
+    def _on_start(self, event: Event) -> None:
+        if event.job is not None and event.reason == Reason.MANUAL:
+            self.manual_runs.labels(event.job).inc()
+
     # -- from the store wrapper ----------------------------------------------------------
 
     def claimed(self, job: str, reason: str, outcome: str, seconds: Optional[float]) -> None:
@@ -232,11 +252,11 @@ class Metrics:
             self.claim_seconds.labels(job).observe(seconds)
 
 
-class _LiveRuns(Collector):
-    """The gauge of live runs, read from the instrumented instances at each scrape."""
+class _Gauges(Collector):
+    """The gauges read from the instrumented instances at each scrape: live runs and paused jobs."""
 
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self, namespace: str) -> None:
+        self._prefix = f"{namespace}_" if namespace else ""
         self._crons: "weakref.WeakSet[LeaseCron]" = weakref.WeakSet()
         self._lock = threading.Lock()
 
@@ -244,11 +264,16 @@ class _LiveRuns(Collector):
         with self._lock:
             self._crons.add(cron)
 
-    def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(self._name, "Handlers executing on this instance now.", labels=["job"])
+    def _families(self) -> Tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(f"{self._prefix}live_runs", "Handlers executing on this instance now.", labels=["job"]),
+            GaugeMetricFamily(
+                f"{self._prefix}job_paused", "1 while the job is paused in the store, else 0.", labels=["job"]
+            ),
+        )
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
-        return [self._family()]
+        return list(self._families())
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         with self._lock:
@@ -259,10 +284,34 @@ class _LiveRuns(Collector):
                 counts.setdefault(name, 0)
             for run in cron.live_runs():
                 counts[run.job] = counts.get(run.job, 0) + 1
-        family = self._family()
+        live, paused = self._families()
         for job, count in sorted(counts.items()):
-            family.add_metric([job], count)
-        return [family]
+            live.add_metric([job], count)
+        for job, flag in sorted(_paused_jobs(crons).items()):
+            paused.add_metric([job], flag)
+        return [live, paused]
+
+
+def _paused_jobs(crons: List["LeaseCron"]) -> Dict[str, int]:
+    """Each job registered on ``crons``: 1 when its store says it is paused, else 0. One
+    ``job_states()`` call per store; the jobs of a store that fails it are left out."""
+    paused_in: Dict[int, Optional[Set[str]]] = {}  # id(store) -> its paused jobs (None: it did not answer)
+    flags: Dict[str, int] = {}
+    for cron in crons:
+        store = cron.store
+        if isinstance(store, _MeteredStore):  # instances that share a store each have a wrapper of it
+            store = store.inner
+        if id(store) not in paused_in:
+            try:
+                paused_in[id(store)] = {state.job for state in store.job_states() if state.paused}
+            except Exception as exc:  # noqa: BLE001 - a scrape goes on without these jobs
+                log.warning("leasecron: cannot read the paused jobs for the metrics, runner %r: %s", cron.runner, exc)
+                paused_in[id(store)] = None
+        names = paused_in[id(store)]
+        if names is not None:
+            for job in cron.jobs:
+                flags[job] = max(flags.get(job, 0), int(job in names))
+    return flags
 
 
 class _MeteredStore(DelegatingStore):

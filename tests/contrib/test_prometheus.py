@@ -7,6 +7,7 @@ without prometheus_client; and the README's example, run as it is.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import List, Optional
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
-from leasecron import ConfigError, Context, LeaseCron, open_store
+from leasecron import ConfigError, Context, LeaseCron, MemoryStore, Store, StoreUnavailable, open_store
 from leasecron.contrib.prometheus import Metrics, instrument
+from leasecron.controls import JobState
+from leasecron.stores import DelegatingStore
 from tests import servers
 from tests.docs.readme_examples import README, readme_examples
 from tests.conftest import Backend
@@ -222,6 +225,73 @@ def test_a_lease_not_renewable_for_lease_ms_counts_as_unrenewed(sqlite_backend: 
         blocker.close()
         cron.stop(timeout=1)
         store.close()
+
+
+@MEMORY_AND_SQLITE
+def test_job_paused_gauge_and_manual_runs_counter(make_cron: MakeCron) -> None:
+    """job_paused follows pause and resume (read from the store at each scrape); manual_runs_total
+    counts the manual runs this instance started; a manual claim is counted with reason manual."""
+    registry = CollectorRegistry()
+    a = make_cron("a", catch_up_ms=0, poll_ms=50)
+    rec = Recorder(a)
+    for name in ("job", "other"):
+        a.add_job(lambda: None, HOURLY, name=name)
+    instrument(a, registry=registry)
+    a.start()
+    for job in ("job", "other"):
+        assert value(registry, "leasecron_job_paused", job=job) == 0
+        assert value(registry, "leasecron_manual_runs_total", job=job) == 0
+    a.pause("job", note="vendor API down")
+    assert value(registry, "leasecron_job_paused", job="job") == 1
+    assert value(registry, "leasecron_job_paused", job="other") == 0
+    a.trigger("other")
+    rec.wait("success", job="other")
+    assert value(registry, "leasecron_manual_runs_total", job="other") == 1
+    assert value(registry, "leasecron_manual_runs_total", job="job") == 0
+    assert value(registry, "leasecron_claims_total", job="other", reason="manual", outcome="won") == 1
+    a.resume("job")
+    assert value(registry, "leasecron_job_paused", job="job") == 0
+
+
+class CountingStates(DelegatingStore):
+    """A store that counts the calls of ``job_states()``, or fails them when ``failing``."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.calls = 0
+        self.failing = False
+
+    def _job_states(self) -> List[JobState]:
+        self.calls += 1
+        if self.failing:
+            raise StoreUnavailable("the store is down")
+        return super()._job_states()
+
+
+def test_a_scrape_reads_the_paused_jobs_with_one_store_call(caplog: pytest.LogCaptureFixture) -> None:
+    """Two instances on one store, with 30 jobs between them: one job_states() call per scrape.
+    A store that fails it leaves job_paused out of that scrape (logged); the rest is served."""
+    registry = CollectorRegistry()
+    store = CountingStates(MemoryStore())
+    crons = [LeaseCron(store, runner=name, **FAST) for name in ("a", "b")]
+    for n in range(30):
+        crons[n % 2].add_job(lambda: None, HOURLY, name=f"job-{n}")
+        if n % 3 == 0:
+            crons[n % 2].pause(f"job-{n}")
+    for cron in crons:
+        instrument(cron, registry=registry)
+    text = generate_latest(registry).decode()
+    assert store.calls == 1
+    assert _sample_lines(text, 'leasecron_job_paused{job="job-3"}') == ['leasecron_job_paused{job="job-3"} 1.0']
+    assert _sample_lines(text, 'leasecron_job_paused{job="job-4"}') == ['leasecron_job_paused{job="job-4"} 0.0']
+    assert len(_sample_lines(text, "leasecron_job_paused{")) == 30
+    store.failing = True
+    text = generate_latest(registry).decode()
+    assert store.calls == 2
+    assert _sample_lines(text, "leasecron_job_paused{") == []
+    assert len(_sample_lines(text, "leasecron_live_runs{")) == 30
+    line = r"leasecron: cannot read the paused jobs for the metrics, runner '[ab]': the store is down"
+    assert len(re.findall(line, caplog.text)) == 1  # the instance whose wrapper was asked first
 
 
 def test_instrument_refuses_a_running_instance_and_a_second_time(tmp_path: Path) -> None:
