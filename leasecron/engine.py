@@ -137,7 +137,7 @@ class Engine:
         )  # fmt: skip
         self._poller = RequestPoller(
             store, runner, poll_ms, timers=self._scheduler, monotonic=clock.monotonic, submit=self._claims.submit,
-            jobs=self._jobs.get, claim=self._claim, on_error=self._on_task_error,
+            jobs=self._jobs.get, claim=self._claim, watch=self._backups.watch, on_error=self._on_task_error,
         )  # fmt: skip
 
     # -- lifecycle -----------------------------------------------------------------------

@@ -9,7 +9,10 @@ request of a job the instance has registered is handed to the engine's claim pat
 ``manual`` at the request's slot (the retries with one token, the log lines, what each outcome
 does), and only once: while a claim of it is in flight, or once one was answered, this instance
 does not claim it again. Which instance runs it is the store's decision: the first manual claim
-acts on the request (rule 17), and every other one is answered ``none``.
+acts on the request (rule 17), and every other one is answered ``none``, or ``running`` once the
+run exists. The store lists a claimed request too, until it expires: an instance that finds one it
+did not win becomes a backup of its run (as every instance is of a scheduled slot), so a manual
+run whose runner dies or stops is taken over or handed over like any other.
 
 A poll that fails is logged (a WARNING for the first one of a streak, then DEBUG until a poll
 works again, which is logged at INFO) and reported once per streak as an ``error`` event;
@@ -33,6 +36,8 @@ __all__ = ["RequestPoller", "SendClaim"]
 #: The engine's claim path, ``claim(job, slot_ms, reason, max_late_ms)``: the answer, or None when
 #: none came (the claim failed, or the instance stops), so that a later poll may claim it again.
 SendClaim = Callable[[Job, int, Reason, Optional[int]], Optional[Claim]]
+#: The engine's backups: ``watch(job, slot_ms)`` backs up the run at the slot.
+Watch = Callable[[Job, int], None]
 
 
 class RequestPoller:
@@ -43,8 +48,9 @@ class RequestPoller:
     claims run there, never in the scheduler thread); ``jobs`` gives the
     job a name is registered as now (None: not registered, the request is
     left to the instances that have it); ``claim`` sends a claim, here with
-    reason ``manual`` and the window the request was made with;
-    ``on_error`` is told of the first failed poll of a streak.
+    reason ``manual`` and the window the request was made with; ``watch``
+    backs up the run of a request claimed elsewhere; ``on_error`` is told of
+    the first failed poll of a streak.
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class RequestPoller:
         submit: Callable[..., None],
         jobs: Callable[[str], Optional[Job]],
         claim: SendClaim,
+        watch: Watch,
         on_error: Callable[[BaseException], None],
     ) -> None:
         self._store = store
@@ -68,6 +75,7 @@ class RequestPoller:
         self._submit = submit
         self._jobs = jobs
         self._claim = claim
+        self._watch = watch
         self._on_error = on_error
         self._lock = threading.Lock()
         #: Requests (job, slot_ms) whose claim is in flight: never claimed again meanwhile.
@@ -108,8 +116,13 @@ class RequestPoller:
             self._answered &= listed  # an answered request the store no longer lists is gone for good
         for request in requests:
             job = self._jobs(request.job)
-            if job is not None:
+            if job is None:
+                continue
+            if request.pending:
                 self.offer(job, request)
+            elif self._take(request):  # claimed elsewhere: back its run up, as for any run
+                self._watch(job, request.slot_ms)
+                self._settle(request, answered=True)
 
     def _take(self, request: ManualRequest) -> bool:
         """Mark ``request`` in flight; False when it is in flight or was answered already."""
@@ -121,16 +134,20 @@ class RequestPoller:
             return True
 
     def _claim_once(self, job: Job, request: ManualRequest) -> None:
-        key = (request.job, request.slot_ms)
         claim: Optional[Claim] = None
         try:
             max_late_ms = max(0, request.expires_ms - request.slot_ms - LATE_TOLERANCE_MS)
             claim = self._claim(job, request.slot_ms, Reason.MANUAL, max_late_ms)
         finally:
-            with self._lock:
-                self._in_flight.discard(key)
-                if claim is not None:
-                    self._answered.add(key)
+            self._settle(request, answered=claim is not None)
+
+    def _settle(self, request: ManualRequest, *, answered: bool) -> None:
+        """``request`` is no longer in flight here; once ``answered``, it is never claimed here again."""
+        key = (request.job, request.slot_ms)
+        with self._lock:
+            self._in_flight.discard(key)
+            if answered:
+                self._answered.add(key)
 
     def _failed(self, exc: BaseException) -> None:
         if self._failing:

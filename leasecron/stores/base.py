@@ -248,7 +248,8 @@ class Store(abc.ABC):
             the first millisecond after it at which the job has neither a
             run nor a request; it expires at ``now + max_late_ms + 10 s``.
             It is ``pending`` until a ``manual`` claim for its slot acts on
-            it (rule 17). The store keeps a job's pending requests and the
+            it (rule 17); :meth:`pending_requests` lists it while it is
+            pending or claimed, until it expires. The store keeps a job's pending requests and the
             newest :data:`REQUESTS_KEPT` that ended (claimed, skipped,
             expired); older ones are deleted by this call.
         """
@@ -258,10 +259,11 @@ class Store(abc.ABC):
         return self._request_run(job, by, max_late_ms)
 
     def pending_requests(self) -> List[ManualRequest]:
-        """Every request of every job that an instance may still claim (pending, and not
-        expired on the store's clock), oldest slot first, in one call. Its cost grows with
-        the number of such requests only, never with the runs or jobs stored: an instance
-        asks once per ``poll_ms`` for all of its jobs."""
+        """Every open request of every job, oldest slot first, in one call: those not expired on
+        the store's clock that are pending (an instance may claim them) or claimed (the run one
+        started may need a backup: an instance that finds one it did not win backs the run up).
+        Its cost grows with the number of such requests only, never with the runs or jobs
+        stored: an instance asks once per ``poll_ms`` for all of its jobs."""
         return self._pending_requests()
 
     def get_run(self, job: str, slot_ms: int) -> Optional[Run]:

@@ -33,7 +33,8 @@ class _MemoryTable(Table):
         self._runs: Dict[str, Dict[int, Record]] = {}
         self._pauses: Dict[str, JobState] = {}
         self._requests: Dict[str, Dict[int, ManualRequest]] = {}
-        self._pending: Dict[Tuple[int, str], ManualRequest] = {}  # the index of pending requests
+        #: The index of open requests: pending, or claimed (kept until they expire).
+        self._pending: Dict[Tuple[int, str], ManualRequest] = {}
 
     def get(self, job: str, slot_ms: int) -> Optional[Record]:
         record = self._runs.get(job, {}).get(slot_ms)
@@ -45,7 +46,8 @@ class _MemoryTable(Table):
 
     def new_slot(self, job: str, slot_ms: int) -> NewSlot:
         scheduled = [s for s, r in self._runs.get(job, {}).items() if not r.manual]
-        requested = (slot_ms, job) in self._pending
+        open_request = self._pending.get((slot_ms, job))
+        requested = open_request is not None and open_request.state == RequestState.PENDING
         return NewSlot(job in self._pauses, max(scheduled) if scheduled else None, requested)
 
     def running(self, job: str) -> List[Record]:
@@ -101,11 +103,18 @@ class _MemoryTable(Table):
     def add_request(self, request: ManualRequest) -> None:
         self._requests.setdefault(request.job, {})[request.slot_ms] = request
         self._pending[request.slot_ms, request.job] = request
+        for key in [key for key, open_request in self._pending.items() if open_request.expires_ms < request.slot_ms]:
+            del self._pending[key]  # expired: pending_requests() no longer lists them
 
     def end_request(self, job: str, slot_ms: int, state: str) -> None:
-        made = self._pending.pop((slot_ms, job), None)
-        if made is not None:
-            self._requests[job][slot_ms] = dataclasses.replace(made, state=state)
+        made = self._requests.get(job, {}).get(slot_ms)
+        if made is None or made.state != RequestState.PENDING:
+            return
+        ended = self._requests[job][slot_ms] = dataclasses.replace(made, state=state)
+        if state == RequestState.CLAIMED:
+            self._pending[slot_ms, job] = ended
+        else:
+            self._pending.pop((slot_ms, job), None)
 
     def prune_requests(self, job: str, keep: int, now_ms: int) -> None:
         kept = self._requests.get(job, {})

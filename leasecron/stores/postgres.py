@@ -334,7 +334,7 @@ class PostgresStore(Store):
 
     def _pending_requests(self) -> List[ManualRequest]:
         rows = self._controls("pending_requests", "reading the pending requests") or []
-        return [ManualRequest(job, slot, by, expires, RequestState.PENDING) for job, slot, by, expires in rows]
+        return [_request(job, (slot, by, expires, state)) for job, slot, by, expires, state in rows]
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         rows = self._all("get", f"reading {job!r}", job=job, slot_ms=slot_ms)

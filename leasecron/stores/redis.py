@@ -21,9 +21,11 @@ cluster keeps them on one slot and a script can touch them all::
     <prefix>:jobs               set   the names of jobs with runs (read by jobs())
     <prefix>:controlled         set   the names of jobs ever paused or asked to run
                                       (read by job_states())
-    <prefix>:pending            zset  the pending requests of every job (read by
+    <prefix>:pending            zset  the open requests of every job (read by
                                       pending_requests()): member [job, slot_ms,
-                                      requested_by] as JSON, score expires_ms
+                                      requested_by] as JSON (pending), with a
+                                      fourth item "claimed" once claimed;
+                                      score expires_ms
 
 ``<job>`` is the job name percent-encoded (every byte outside
 ``A-Z a-z 0-9 . _ -``, ``%`` and the braces included), so no name can end
@@ -50,19 +52,21 @@ harmless:
   each member (one pipeline) and lists those paused or with requests kept. A
   crash in between leaves a member with nothing to show: it is skipped.
 * ``pending``: ``request_run`` adds the request after the job's script made
-  it (only the script knows its slot); a claim that ends a request (claims,
-  skips or expires it), or a manual claim that finds it ended, answers its
-  requester, and the store then removes it; ``pending_requests()`` reads the
-  members not expired on the index's server clock, in one script call.
+  it (only the script knows its slot); a claim that ends a request answers
+  its requester and how it ended, and the store then marks the entry
+  claimed (it stays until it expires: the instances that find it back up
+  the run it started) or removes a skipped or expired one, as it does for a
+  skipped or expired one a manual claim finds; ``pending_requests()`` reads
+  the members not expired on the index's server clock, in one script call.
   Entries that expired are removed by the next ``request_run``. If the index
   write of ``request_run`` fails (the process dies, the index's node is
   down), ``request_run`` raises and the request is never found by an
   instance: it stays pending in the job's state until it expires, and no run
-  starts (ask again). If the removal after a claim fails, the entry stays
-  until it expires: instances that read it send a manual claim, which finds
-  the run (``running``: they become backups, as for any run) or the request
-  ended (``none``), and removes the entry. So ``pending_requests()`` may
-  list a request that was claimed a moment ago, never misses one that was
+  starts (ask again). If the change after a claim fails, the entry stays
+  as it was until it expires: instances that read it send a manual claim,
+  which finds the run (``running``: they become backups, as for any run) or
+  the request ended (``none``). So ``pending_requests()`` may list as
+  pending a request that was claimed a moment ago, never misses one that was
   indexed, and no entry makes a run start twice: the job's keys decide.
   On a cluster the index's node judges expiry on its own clock, which may
   differ from the job's node by their clock skew.
@@ -231,7 +235,7 @@ class RedisStore(Store):
             request.reason, request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap,
             request.history_size, fresh,
         )  # fmt: skip
-        outcome, at, raw, first, requested_by = reply
+        outcome, at, raw, first, requested_by, request_state = reply
         if first == 1:  # the job's first stored run: make sure jobs() lists it
             try:
                 self._register(job, again=True)
@@ -240,15 +244,20 @@ class RedisStore(Store):
                     self._registered.discard(job)
                 log.warning("leasecron: could not add job %r to %s (%s); will retry", job, self._jobs_key, exc)
         if requested_by is not None:  # the request at the slot is no longer pending
-            self._unindex(job, request.slot_ms, text(requested_by))
+            self._reindex(job, request.slot_ms, text(requested_by), text(request_state))
         return Claim(text(outcome), None if raw is None else read_run(job, at, raw))
 
-    def _unindex(self, job: str, slot_ms: int, requested_by: str) -> None:
-        """Take a request out of the index of pending requests; a failure leaves the entry until
-        it expires or a manual claim meets it again (see the module's docstring)."""
+    def _reindex(self, job: str, slot_ms: int, requested_by: str, state: str) -> None:
+        """Mark a request claimed in the index of open requests (it stays there until it expires),
+        or take a skipped or expired one out; a failure leaves the entry as it was until it expires
+        or a manual claim meets it again (see the module's docstring)."""
+        member = index_member(job, slot_ms, requested_by)
         try:
-            self._index(f"removing the request of {job!r} at {slot_ms} from the index", "remove",
-                        index_member(job, slot_ms, requested_by))  # fmt: skip
+            if state == RequestState.CLAIMED:
+                self._index(f"marking the request of {job!r} at {slot_ms} claimed in the index", "claim",
+                            member, index_member(job, slot_ms, requested_by, claimed=True))  # fmt: skip
+            else:
+                self._index(f"removing the request of {job!r} at {slot_ms} from the index", "remove", member)
         except StoreError as exc:  # the claim stands
             log.warning("leasecron: %s", exc)
 

@@ -168,21 +168,26 @@ def read_state(job: str, reply: Sequence[Any]) -> JobState:
     return JobState(job, True, by, paused_ms, note, tuple(requests))
 
 
-def index_member(job: str, slot_ms: int, requested_by: str) -> str:
-    """A request's member of the index of pending requests: JSON text, made only here."""
-    return json.dumps([job, slot_ms, requested_by], ensure_ascii=False, separators=(",", ":"))
+def index_member(job: str, slot_ms: int, requested_by: str, *, claimed: bool = False) -> str:
+    """A request's member of the index of open requests: JSON text, made only here; a claimed
+    request's has a fourth item, ``"claimed"``."""
+    fields: List[Any] = [job, slot_ms, requested_by] + ([RequestState.CLAIMED.value] if claimed else [])
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
 
 def read_index(reply: Sequence[Any]) -> List[ManualRequest]:
-    """The pending requests in the reply of index.lua's ``read``, oldest slot first."""
+    """The open (pending or claimed) requests in the reply of index.lua's ``read``, oldest slot first."""
     found = []
     for i in range(0, len(reply), 2):
         member = text(reply[i])
         try:
-            job, slot_ms, by = json.loads(member)
-            request = ManualRequest(job, slot_ms, by, int(float(text(reply[i + 1]))), RequestState.PENDING)
+            job, slot_ms, by, *claimed = json.loads(member)
+            state = RequestState.CLAIMED if claimed else RequestState.PENDING
+            request = ManualRequest(job, slot_ms, by, int(float(text(reply[i + 1]))), state)
             if not (isinstance(job, str) and isinstance(slot_ms, int) and isinstance(by, str)):
                 raise TypeError("not [job, slot_ms, requested_by]")
+            if claimed not in ([], [RequestState.CLAIMED.value]):
+                raise TypeError(f"{claimed!r} after [job, slot_ms, requested_by], not nothing or 'claimed'")
         except (TypeError, ValueError) as exc:
             raise StoreError(f"the index of pending requests holds {shown(member)}, no request: {exc}") from exc
         found.append(request)

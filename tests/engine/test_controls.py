@@ -127,6 +127,33 @@ def test_trigger_runs_exactly_once_across_three_instances_within_poll_ms_plus_a_
     assert all(e.type in ("start", "success") for rec in recs for e in rec.of())
 
 
+def test_a_manual_run_whose_runner_died_is_taken_over_by_an_instance_that_polled_after_its_claim(
+    make_cron: MakeCron,
+) -> None:
+    """The store lists a claimed request until it expires, and an instance that finds one it did not
+    win backs its run up: the manual run of a runner that died (a store-level dead claim, made just
+    after b's first poll, so b never saw the request pending) is taken over by b."""
+    poll = 1_000
+    counted = CountingPolls(make_cron().store)
+    b = make_cron("b", store=counted, catch_up_ms=0, poll_ms=poll)
+    rec = Recorder(b)
+    b.add_job(lambda: None, HOURLY, name="job")
+    b.start()
+    wait_for(lambda: counted.polls >= 1 and b.clock.synced, 3)
+    made = counted.request_run("job", by="ops")
+    dead = dead_claim(counted, "job", made.slot_ms, 400, reason="manual")
+    assert counted.polls == 1, "b polled before the request was claimed: nothing is proved"
+    start = rec.wait("start", timeout=(poll + 400) / 1000 + 2, job="job")
+    assert (start.slot_ms, start.attempt, start.reason) == (made.slot_ms, 2, "takeover")
+    assert start.run is not None and start.run.started_ms >= dead.lease_end_ms
+    rec.wait("success", job="job")
+    run = stored(counted, "job", made.slot_ms)
+    assert [(a.runner, a.reason, a.outcome) for a in run.attempts] == [
+        ("dead", "manual", "expired"),
+        ("b", "takeover", "success"),
+    ]
+
+
 def test_trigger_on_a_started_instance_runs_there_without_waiting_for_a_poll(make_cron: MakeCron) -> None:
     """The instance that triggers, if started, claims the request at once (its next poll is a
     minute away)."""

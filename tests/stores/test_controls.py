@@ -9,6 +9,7 @@ apart from the schedule. Times are real, on the store's clock, as in ``test_cont
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, List
 
 import pytest
@@ -234,23 +235,32 @@ def test_a_request_moves_past_the_runs_at_the_store_now(store: Store) -> None:
     pytest.fail("the store's clock never stayed within the 40 ms of runs long enough for one request")
 
 
-def test_pending_requests_lists_the_pending_requests_of_every_job_oldest_first(store: Store) -> None:
-    """pending_requests() holds the requests still pending of every job, oldest slot first; a
-    claimed request is no longer in it."""
+def test_pending_requests_lists_the_open_requests_of_every_job_oldest_first(store: Store) -> None:
+    """pending_requests() holds the open requests of every job, oldest slot first: the pending ones,
+    and a claimed one, as claimed, until it expires (its run may need a backup); a skipped one is
+    no longer in it."""
     a = request(store, job="a")
     b = request(store, job="b")
     c = request(store, job="a")
     assert store.pending_requests() == sorted([a, b, c], key=lambda r: (r.slot_ms, r.job))
     assert manual(store, c, overlap="allow").won
-    assert store.pending_requests() == sorted([a, b], key=lambda r: (r.slot_ms, r.job))
-    assert state_of(store, c) == "claimed"
+    claimed_c = dataclasses.replace(c, state="claimed")
+    assert store.pending_requests() == sorted([a, b, claimed_c], key=lambda r: (r.slot_ms, r.job))
+    assert state_of(store, c) == "claimed" and not claimed_c.pending
+    assert manual(store, a).outcome == "overlap"  # c's run holds its lease
+    assert state_of(store, a) == "skipped"
+    assert store.pending_requests() == sorted([b, claimed_c], key=lambda r: (r.slot_ms, r.job))
 
 
 def test_a_request_that_nobody_claims_expires(store: Store) -> None:
     """Rules 17 and 19 once the request's time ran out: it reads expired (job_state), leaves
-    pending_requests(), and its manual claim is late and marks it expired; nothing is run."""
+    pending_requests(), and its manual claim is late and marks it expired; nothing is run. A
+    claimed request leaves pending_requests() at its expiry too, and stays claimed."""
     old = request(store, max_late_ms=0)
     other = request(store, job="other", max_late_ms=0)
+    claimed = request(store, job="third", max_late_ms=0)
+    assert manual(store, claimed, lease_ms=LONG).won
+    assert dataclasses.replace(claimed, state="claimed") in store.pending_requests()
     wait_for(lambda: store.now_ms() > old.expires_ms, timeout=LATE_TOLERANCE_MS / 1000 + 5, interval=0.05)
     fresh = request(store)
     assert state_of(store, old) == "expired"
@@ -264,6 +274,7 @@ def test_a_request_that_nobody_claims_expires(store: Store) -> None:
     assert store.job_state("other").requests == (
         ManualRequest("other", other.slot_ms, "ops", other.expires_ms, "expired"),
     )
+    assert state_of(store, claimed) == "claimed"
     assert manual(store, fresh).won
 
 
@@ -294,7 +305,7 @@ def test_a_manual_claim_of_a_pending_request_wins_a_manual_run_and_claims_the_re
     assert run.status == "running" and before + LONG <= run.lease_end_ms <= after + LONG
     assert stored(store, JOB, made.slot_ms) == run
     assert state_of(store, made) == "claimed"
-    assert store.pending_requests() == []
+    assert store.pending_requests() == [dataclasses.replace(made, state="claimed")]
     again = manual(store, made, runner="m2")
     assert again.outcome == "running" and again.run == run
     assert store.finish(JOB, made.slot_ms, run.token, "success")
@@ -426,7 +437,7 @@ def test_a_scheduled_claim_won_at_a_requests_slot_claims_the_request(store: Stor
     run = win(store, made.slot_ms, lease_ms=LONG)
     assert run.reason == "schedule"
     assert state_of(store, made) == "claimed"
-    assert store.pending_requests() == []
+    assert store.pending_requests() == [dataclasses.replace(made, state="claimed")]
     result = manual(store, made)
     assert result.outcome == "running" and result.run == run
 

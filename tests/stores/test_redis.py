@@ -10,6 +10,7 @@ its own in ``tmp_path`` where the test needs a server nobody else talks to.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -288,7 +289,7 @@ def test_a_users_client_works_and_close_leaves_it_open(redis_like: Backend, deco
         assert store.pending_requests() == [made]
         manual = store.claim("job", made.slot_ms, runner="r", reason="manual", overlap="allow").run
         assert manual is not None and [a.outcome for a in manual.attempts] == ["running"]
-        assert store.pending_requests() == []
+        assert store.pending_requests() == [dataclasses.replace(made, state="claimed")]
 
         connection_id = client.client_id()
         store.close()
@@ -895,7 +896,7 @@ def test_the_keys_of_pauses_and_requests_are_exactly_the_documented_ones(redis_l
         assert client.type(requests) == b"hash" and client.type(pending) == b"zset"
         assert store.claim("job", made.slot_ms, runner="r", reason="manual").outcome == "won"
         runs, slots, running, _ = job_keys(prefix, "job")
-        assert keys_under(client, prefix) == {controlled, requests, runs, slots, running, f"{prefix}:jobs"}
+        assert keys_under(client, prefix) == {controlled, requests, runs, slots, running, pending, f"{prefix}:jobs"}
         for name in TRICKY_NAMES:
             keys = job_keys(prefix, name) + control_keys(prefix, name)
             assert len(set(keys)) == 6 and len({hash_tag(k) for k in keys}) == 1, name
@@ -907,7 +908,8 @@ def test_the_keys_of_pauses_and_requests_are_exactly_the_documented_ones(redis_l
 def test_controls_take_the_documented_round_trips(own_server: servers.Server) -> None:
     """pause: SADD + EVALSHA; resume, job_state, pending_requests and a paused scheduled claim: one
     EVALSHA; request_run: SADD + EVALSHA + EVALSHA (the index); a manual claim that wins: EVALSHA +
-    EVALSHA (out of the index). MONITOR sees no other client command."""
+    EVALSHA (marked claimed in the index); a manual claim that finds the request claimed: EVALSHA.
+    MONITOR sees no other client command."""
     store = leasecron.open_store(own_server.url("valkey") + "?prefix=ctl")
     control = own_server.client(socket_timeout=5)
     watcher = own_server.client(socket_timeout=5)
@@ -931,11 +933,14 @@ def test_controls_take_the_documented_round_trips(own_server: servers.Server) ->
             expected += ["EVALSHA", "EVALSHA"]
             made = store.request_run("w", by="ops")
             expected += ["SADD", "EVALSHA", "EVALSHA"]
-            assert store.pending_requests() == [made]
+            warm_claimed = dataclasses.replace(warm, state="claimed")
+            assert store.pending_requests() == [warm_claimed, made]
             expected += ["EVALSHA"]
             assert store.claim("w", made.slot_ms, runner="r", reason="manual", overlap="allow").outcome == "won"
             expected += ["EVALSHA", "EVALSHA"]
-            assert store.pending_requests() == []
+            assert store.pending_requests() == [warm_claimed, dataclasses.replace(made, state="claimed")]
+            expected += ["EVALSHA"]
+            assert store.claim("w", made.slot_ms, runner="r2", reason="manual").outcome == "running"
             expected += ["EVALSHA"]
             control.echo(marker)
             seen = client_commands(monitor, marker, control_port)
@@ -948,16 +953,18 @@ def test_controls_take_the_documented_round_trips(own_server: servers.Server) ->
 
 def test_pending_requests_reads_the_index_only(own_server: servers.Server) -> None:
     """pending_requests() is one script that sends TIME and one ZRANGEBYSCORE, however many jobs,
-    runs and ended requests the store holds: its cost grows with the pending requests only."""
+    runs and ended requests the store holds: its cost grows with the open requests only."""
     store = leasecron.open_store(own_server.url("valkey") + "?prefix=idx")
     control = own_server.client(socket_timeout=5)
     try:
+        claimed = []
         for i in range(40):
             made = store.request_run(f"job-{i}", by="ops")
             assert store.claim(f"job-{i}", made.slot_ms, runner="r", reason="manual").outcome == "won"
+            claimed.append(dataclasses.replace(made, state="claimed"))
         waiting = [store.request_run(f"job-{i}", by="ops") for i in range(3)]
         control.config_resetstat()
-        assert store.pending_requests() == sorted(waiting, key=lambda r: (r.slot_ms, r.job))
+        assert store.pending_requests() == sorted(claimed + waiting, key=lambda r: (r.slot_ms, r.job))
         names = {key[len("cmdstat_"):]: value["calls"] for key, value in control.info("commandstats").items()}
         assert names == {"evalsha": 1, "time": 1, "zrangebyscore": 1, "config|resetstat": 1}, names
     finally:
@@ -966,9 +973,10 @@ def test_pending_requests_reads_the_index_only(own_server: servers.Server) -> No
 
 
 def test_the_index_heals_an_entry_left_behind_and_forgets_expired_ones(redis_like: Backend) -> None:
-    """An entry whose removal after the claim was lost (put back here by hand) is listed until an
-    instance's manual claim finds the run (running: a backup) and removes it; an entry that
-    expired is not listed, and the next request_run deletes it."""
+    """A claimed request's entry is marked claimed; one whose change after the claim was lost (put
+    back here by hand) is listed as pending, and an instance's manual claim finds the run (running:
+    a backup); a skipped request's entry whose removal was lost is removed by the manual claim that
+    finds it skipped; an entry that expired is not listed, and the next request_run deletes it."""
     store = redis_like.open()
     other = redis_like.open()
     client = node_client(redis_like)
@@ -976,17 +984,26 @@ def test_the_index_heals_an_entry_left_behind_and_forgets_expired_ones(redis_lik
     try:
         made = store.request_run("job", by="ops")
         run = store.claim("job", made.slot_ms, runner="r", reason="manual", lease_ms=LONG).run
-        assert run is not None and store.pending_requests() == []
+        claimed = dataclasses.replace(made, state="claimed")
+        assert run is not None and store.pending_requests() == [claimed]
+        client.delete(pending)
         member = index_member("job", made.slot_ms, "ops")
-        client.zadd(pending, {member: made.expires_ms})  # as if the removal had failed
+        client.zadd(pending, {member: made.expires_ms})  # as if the change had failed
         assert store.pending_requests() == [made]
         backup = other.claim("job", made.slot_ms, runner="r2", reason="manual")
         assert backup.outcome == "running" and backup.run == run
-        assert store.pending_requests() == []
+        assert store.pending_requests() == [made]  # left as it was: harmless, until it expires
+
+        skipped = store.request_run("job", by="ops")
+        assert store.claim("job", skipped.slot_ms, runner="r", reason="manual").outcome == "overlap"
+        assert client.zscore(pending, index_member("job", skipped.slot_ms, "ops")) is None
+        client.zadd(pending, {index_member("job", skipped.slot_ms, "ops"): skipped.expires_ms})  # a lost removal
+        assert other.claim("job", skipped.slot_ms, runner="r2", reason="manual").outcome == "none"
+        assert client.zscore(pending, index_member("job", skipped.slot_ms, "ops")) is None
 
         gone = index_member("gone", 5, "ops")
         client.zadd(pending, {gone: store.now_ms() - 1})
-        assert store.pending_requests() == []
+        assert store.pending_requests() == [made]
         assert client.zscore(pending, gone) is not None
         store.request_run("job", by="ops")
         assert client.zscore(pending, gone) is None
@@ -1014,7 +1031,8 @@ def test_cluster_keeps_each_jobs_controls_with_its_runs_and_finds_the_requests_o
         assert store.claim(name, made[name].slot_ms, runner="r", reason="manual").outcome == "won"
         assert store.claim(name, made[name].slot_ms, runner="r2", reason="manual").outcome == "running"
         assert store.claim(name, runs_slot, runner="r").outcome == ("paused" if name in names[::2] else "overlap")
-    assert store.pending_requests() == []
+    claimed = [dataclasses.replace(request, state="claimed") for request in made.values()]
+    assert store.pending_requests() == sorted(claimed, key=lambda r: (r.slot_ms, r.job))
     assert store.jobs() == sorted(names)
     held = [keys_under(node, prefix) for node in nodes]  # SCAN on a node: its own keys only
     holders = set()
@@ -1030,7 +1048,7 @@ def test_a_failed_index_write_fails_request_run_and_a_failed_removal_leaves_the_
 ) -> None:
     """The two ends of the index's failure cases (the index key made unwritable here): request_run
     raises StoreError saying the stored request will not be found, and the request reads pending in
-    the job's state, no run started; a manual claim whose removal from the index fails still wins,
+    the job's state, no run started; a manual claim whose change of the index fails still wins,
     and the failure is logged."""
     store = redis_like.open()
     client = node_client(redis_like)
@@ -1048,7 +1066,7 @@ def test_a_failed_index_write_fails_request_run_and_a_failed_removal_leaves_the_
         with caplog.at_level("WARNING", logger="leasecron"):
             claimed = store.claim("job", made.slot_ms, runner="r", reason="manual")
         assert claimed.outcome == "won"
-        assert any("from the index" in record.getMessage() for record in caplog.records)
+        assert any("claimed in the index" in record.getMessage() for record in caplog.records)
         assert store.job_state("job").requests[0].state == "claimed"
     finally:
         client.delete(pending)

@@ -13,14 +13,16 @@
 -- ARGV[9] history_size  finished runs to keep
 -- ARGV[10] fresh        a new random token, for a next attempt when ARGV[2]
 --                       is the token of the attempt it replaces
--- Returns: {outcome, slot_ms, run JSON, first, requested_by}. outcome is one
--- of won, running, overlap, late, early, done, none, paused; slot_ms and run
--- JSON are nil when the answer carries no run; first is 1 when the claim
--- stored the job's first run (the caller then adds the job to the jobs set,
--- which lives on another cluster slot), else 0; requested_by is nil, or the
--- requester of the request at ARGV[1] that is no longer pending (this claim
--- ended it, or a manual claim found it ended): the caller then takes it out
--- of the index of pending requests, which lives on another cluster slot too.
+-- Returns: {outcome, slot_ms, run JSON, first, requested_by, state}. outcome
+-- is one of won, running, overlap, late, early, done, none, paused; slot_ms
+-- and run JSON are nil when the answer carries no run; first is 1 when the
+-- claim stored the job's first run (the caller then adds the job to the jobs
+-- set, which lives on another cluster slot), else 0; requested_by is nil, or
+-- the requester of the request at ARGV[1] whose entry in the index of open
+-- requests (on another cluster slot too) must change, and state its state
+-- now: this claim ended it (claimed: the caller marks the entry claimed; it
+-- stays until it expires, for the instances that back up its run), or a
+-- manual claim found it skipped or expired (the caller removes the entry).
 
 local slot = ARGV[1]
 local slot_ms = tonumber(slot)
@@ -34,9 +36,19 @@ local fresh = ARGV[10]
 local now = now_ms()
 local first = 0
 local requested_by = false
+local request_state = false
 
 local function answer(outcome, at, raw)
-  return {outcome, at or false, raw or false, first, requested_by}
+  return {outcome, at or false, raw or false, first, requested_by, request_state}
+end
+
+-- A request a manual claim found ended: its index entry goes, unless it was
+-- claimed (that entry stays until it expires).
+local function found_ended(request)
+  if request and request.state ~= 'claimed' then
+    requested_by = request.requested_by
+    request_state = request.state
+  end
 end
 
 local function won(run)
@@ -55,6 +67,7 @@ local function end_request(request, state)
   request.state = state
   save_request(slot, request)
   requested_by = request.requested_by
+  request_state = state
 end
 
 -- Mark a running run interrupted, with its current attempt (rules 4, 5, 11).
@@ -70,7 +83,7 @@ if raw then
   if reason == 'manual' then -- rule 17: the run of a request that a claim acted on already
     local request = load_request(slot)
     if request and request.state ~= 'pending' then
-      requested_by = request.requested_by
+      found_ended(request)
     end
   end
   if run.status ~= 'running' then -- rule 1
@@ -108,7 +121,7 @@ local request = nil
 if reason == 'manual' then
   request = load_request(slot)
   if request == nil or request.state ~= 'pending' then -- rule 17
-    requested_by = request and request.requested_by or false
+    found_ended(request)
     return answer('none')
   end
   if now > request.expires_ms then -- rule 17

@@ -55,10 +55,11 @@ CREATE TABLE {schema}.{table}_requests (
     state        text   NOT NULL,
     PRIMARY KEY (job, slot_ms)
 );
--- Every instance asks for the pending requests of every job once per poll_ms:
--- this index holds the pending requests only, so that question costs what
--- the pending requests not yet expired cost, whatever else is stored.
-CREATE INDEX {table}_requests_pending ON {schema}.{table}_requests (expires_ms) WHERE state = 'pending';
+-- Every instance asks for the open requests of every job once per poll_ms
+-- (pending, or claimed: the run a claimed one started may need a backup):
+-- this index holds the open requests only, so that question costs what the
+-- open requests not yet expired cost, whatever else is stored.
+CREATE INDEX {table}_requests_pending ON {schema}.{table}_requests (expires_ms) WHERE state IN ('pending', 'claimed');
 
 -- The helpers of the attempts below are SQL functions that the planner
 -- inlines into the statements that call them (one SELECT of an expression,

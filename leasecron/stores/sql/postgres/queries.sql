@@ -97,14 +97,14 @@ CROSS JOIN LATERAL {schema}.{table}_state_v3(k.job, c.now) s
 ORDER BY k.job COLLATE "C";
 
 -- name: pending_requests
--- Returns: (job, slot_ms, requested_by, expires_ms) of every request still
--- pending and not expired on the server's clock, oldest slot first. It reads
--- the partial index of pending requests from now on (the clock is an
--- InitPlan, computed once, so the index scan starts at it): its cost grows
--- with those requests only.
-SELECT q.job, q.slot_ms, q.requested_by, q.expires_ms
+-- Returns: (job, slot_ms, requested_by, expires_ms, state) of every request
+-- pending or claimed and not expired on the server's clock, oldest slot
+-- first. It reads the partial index of open requests from now on (the clock
+-- is an InitPlan, computed once, so the index scan starts at it): its cost
+-- grows with those requests only.
+SELECT q.job, q.slot_ms, q.requested_by, q.expires_ms, q.state
 FROM {schema}.{table}_requests q
-WHERE q.state = 'pending' AND q.expires_ms >= (SELECT {schema}.{table}_now())
+WHERE q.state IN ('pending', 'claimed') AND q.expires_ms >= (SELECT {schema}.{table}_now())
 ORDER BY q.slot_ms, q.job COLLATE "C";
 
 -- name: now

@@ -34,6 +34,8 @@ CREATE TABLE IF NOT EXISTS {table}_requests (
     PRIMARY KEY (job, slot_ms)
 ) WITHOUT ROWID;
 
--- The pending requests not yet expired, for pending_requests(): its cost
--- grows with them alone, never with the runs, the jobs or the ended requests.
-CREATE INDEX IF NOT EXISTS {table}_pending ON {table}_requests (expires_ms) WHERE state = 'pending';
+-- The open requests (pending, or claimed: the run a claimed one started may
+-- need a backup) for pending_requests(), which reads those not yet expired:
+-- its cost grows with them alone, never with the runs, the jobs or the
+-- requests skipped or expired.
+CREATE INDEX IF NOT EXISTS {table}_pending ON {table}_requests (expires_ms) WHERE state IN ('pending', 'claimed');

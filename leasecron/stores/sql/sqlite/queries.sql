@@ -127,11 +127,11 @@ SELECT * FROM {table}_requests WHERE job = :job ORDER BY slot_ms;
 SELECT * FROM {table}_requests ORDER BY slot_ms, job;
 
 -- name: pending
--- Takes: now_ms. Returns: the pending requests of every job that expire at
--- or after now_ms, oldest slot first: a range of the partial index of
--- pending requests, whatever the number of runs, jobs and ended requests.
+-- Takes: now_ms. Returns: the pending and claimed requests of every job that
+-- expire at or after now_ms, oldest slot first: a range of the partial index
+-- of open requests, whatever the number of runs, jobs and ended requests.
 SELECT * FROM {table}_requests INDEXED BY {table}_pending
-WHERE state = 'pending' AND expires_ms >= :now_ms
+WHERE state IN ('pending', 'claimed') AND expires_ms >= :now_ms
 ORDER BY slot_ms, job;
 
 -- name: add_request
