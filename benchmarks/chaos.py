@@ -11,7 +11,9 @@ fault-injecting proxy per instance (server stores), the instances
 SIGSTOP/SIGCONT, SIGTERM hand-overs, store crashes and restarts (SQLite: a
 frozen lock holder, a writer killed mid-transaction), per-instance stalls,
 latency and connection resets, and partitions of every instance from the store
-(delaying or dropping). The last lease + 5 s stay quiet; then every
+(delaying or dropping); and an operator (``chaoslib.controls``) that pauses, resumes
+and triggers the jobs through the store at random (the instances poll for
+requests every 300 ms). The last lease + 5 s stay quiet; then every
 instance is stopped with SIGTERM, and the checker (``chaoslib.checker``)
 verifies the invariants from the instances' logs and the store's records.
 

@@ -5,12 +5,19 @@ Layout (run from ``benchmarks/`` with ``PYTHONPATH=<repo>:<repo>/benchmarks``):
 * ``worker.py``  — one instance process (``python -m chaoslib.worker``): three
   jobs on a :class:`~leasecron.LeaseCron` over a :class:`RecordingStore`,
   appending JSON lines (claims, heartbeats, handler ticks, events) to a log;
+* ``sink.py``    — the jobs' side effect, a SQLite table that keeps the newest
+  attempt of each slot;
 * ``proxy.py``   — a TCP proxy between instances and a server store, to stall,
   slow down or reset their connections;
 * ``nemesis.py`` — the faults (SIGKILL, SIGSTOP/SIGCONT, SIGTERM, restarts,
   stalls), each logged to ``nemesis.jsonl``;
-* ``harness.py`` — starts the store, the instances and the nemesis, and
-  collects the logs and the store's final records;
+* ``controls.py`` — the operator: pauses, resumes and triggers jobs at random
+  through the store's API, each call and answer logged to ``operator.jsonl``;
+* ``instances.py`` — one instance process as the harness and nemesis handle it
+  (incarnations, signals, whether it runs a handler);
+* ``harness.py`` — starts the store, the instances, the nemesis and the
+  operator, and collects the logs and the store's final records
+  (``summary.py``: the run's numbers);
 * ``checker/`` — pure analysis of those logs and records: a count and the
   violations of each invariant, the takeover and hand-over delays, and whether
   the faults were effective.

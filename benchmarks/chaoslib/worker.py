@@ -2,11 +2,12 @@
 
     cd benchmarks && PYTHONPATH=<repo>:<repo>/benchmarks python -m chaoslib.worker \\
         --store URL --runner NAME --log PATH --sink PATH \\
-        --lease-ms 2000 --heartbeat-ms 500 --max-late-ms 30000 --seed INT
+        --lease-ms 2000 --heartbeat-ms 500 --max-late-ms 30000 --poll-ms 300 --seed INT
 
 It runs a :class:`~leasecron.LeaseCron` (``jitter_ms=0``,
-``history_size=100000``) over a :class:`RecordingStore` (the real store,
-every claim, heartbeat, finish and release logged) with the jobs of
+``history_size=100000``, ``poll_ms`` to find requests for manual runs) over a
+:class:`RecordingStore` (the real store, every claim, heartbeat, finish and release logged; a
+claim's ``reason`` is ``manual`` for a triggered run) with the jobs of
 :data:`JOB_PLANS`, until SIGTERM (a warm stop that hands live runs over; exit
 code 0). A SIGTERM that comes while it is still starting stops it the same way
 once it started. Each handler logs ``start``, a ``tick`` every 10 ms from a ticker
@@ -21,7 +22,7 @@ fields (``ids`` = ``job``, ``slot_ms``, ``attempt``, ``token``):
 
 =========  ================================================================
 ready      first line of an incarnation: ``store`` (URL scheme), ``lease_ms``,
-           ``heartbeat_ms``, ``max_late_ms``, ``seed``, ``jobs``, ``skew_ms`` (how far
+           ``heartbeat_ms``, ``max_late_ms``, ``poll_ms``, ``seed``, ``jobs``, ``skew_ms`` (how far
            the process's wall clock is skewed; every ``wall_ns`` is corrected by it)
 running    after ``cron.start()`` returned
 claim      ``job``, ``slot_ms``, ``reason``, ``outcome`` (``None`` and
@@ -84,6 +85,7 @@ from leasecron import Aborted, Claim, Context, Event, LeaseCron, Run, Store, ope
 from leasecron.stores import ClaimRequest, DelegatingStore  # noqa: E402
 
 from .checker import DEFAULT_JOBS  # noqa: E402
+from .sink import Sink  # noqa: E402
 
 __all__ = ["JOB_PLANS", "JobPlan", "Plan", "RecordingStore", "Recorder", "Sink", "main", "plan_run"]
 
@@ -242,62 +244,6 @@ def _run_fields(run: Optional[Run]) -> Dict[str, Any]:
     }
 
 
-class Sink:
-    """The jobs' side effect: a SQLite table that keeps only the newest attempt of a slot.
-
-    ``results(job, slot_ms, attempt, token, PRIMARY KEY(job, slot_ms))``,
-    shared by every instance (WAL, busy timeout 5 s). A write is accepted
-    when the slot has no row or its row's attempt is not newer; it then
-    replaces the row. Decided in ``BEGIN IMMEDIATE``.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        conn = self._connect()
-        try:
-            for _ in range(50):  # switching to WAL needs a moment without other connections
-                try:
-                    conn.execute("PRAGMA journal_mode=WAL")
-                    break
-                except sqlite3.OperationalError:
-                    time.sleep(0.1)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS results ("
-                " job TEXT NOT NULL, slot_ms INTEGER NOT NULL, attempt INTEGER NOT NULL,"
-                " token TEXT NOT NULL, PRIMARY KEY (job, slot_ms))"
-            )
-        finally:
-            conn.close()
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(self.path), timeout=5.0, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 5000")
-        return conn
-
-    def write(self, job: str, slot_ms: int, attempt: int, token: str) -> bool:
-        """Store this attempt's result unless a newer attempt's is there; whether it was accepted."""
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(
-                    "SELECT attempt FROM results WHERE job = ? AND slot_ms = ?", (job, slot_ms)
-                ).fetchone()
-                accepted = row is None or row[0] <= attempt
-                if accepted:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO results (job, slot_ms, attempt, token) VALUES (?, ?, ?, ?)",
-                        (job, slot_ms, attempt, token),
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            return accepted
-        finally:
-            conn.close()
-
-
 class Ticker:
     """Logs a ``tick`` every 10 ms for one run, until stopped or the run's signal aborts."""
 
@@ -398,6 +344,7 @@ def build_cron(store: Store, recorder: Recorder, sink: Sink, args: argparse.Name
         max_late_ms=args.max_late_ms,
         history_size=100_000,
         jitter_ms=0,
+        poll_ms=args.poll_ms,
     )
     handler = make_handler(recorder, sink, args.seed)
     for name in JOB_PLANS:
@@ -419,6 +366,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--lease-ms", type=int, default=2_000)
     p.add_argument("--heartbeat-ms", type=int, default=500)
     p.add_argument("--max-late-ms", type=int, default=30_000)
+    p.add_argument("--poll-ms", type=int, default=1_000, help="how often to look for manual-run requests")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--skew-ms", type=int, default=0,
@@ -435,7 +383,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     jobs = {name: dataclasses.asdict(DEFAULT_JOBS[name]) for name in JOB_PLANS}
     recorder.log(
         "ready", store=urlsplit(args.store).scheme, lease_ms=args.lease_ms, heartbeat_ms=args.heartbeat_ms,
-        max_late_ms=args.max_late_ms, seed=args.seed, jobs=jobs, skew_ms=args.skew_ms,
+        max_late_ms=args.max_late_ms, poll_ms=args.poll_ms, seed=args.seed, jobs=jobs, skew_ms=args.skew_ms,
     )  # fmt: skip
     store: Optional[Store] = None
     try:

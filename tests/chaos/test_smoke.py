@@ -1,11 +1,12 @@
 """The chaos smoke test: a short chaos run per backend must find no violation and prove something.
 
 For each of SQLite, Redis, Valkey and PostgreSQL, :func:`chaoslib.harness.run`
-starts its own store server, five instances (lease 2000 ms, heartbeat 500 ms)
-and the nemesis with a fixed seed for about 75 s (``LEASECRON_CHAOS_SECONDS``
-changes it), then the checker judges the logs and the store's records. The
-test fails on any violated invariant, on a run whose faults were not effective
-(no takeover, refused heartbeat or refused late claim: it proved nothing), and
+starts its own store server, five instances (lease 2000 ms, heartbeat 500 ms,
+poll 300 ms), the nemesis and the operator (pauses, resumes, triggers) with a
+fixed seed for about 75 s (``LEASECRON_CHAOS_SECONDS`` changes it), then the
+checker judges the logs and the store's records. The test fails on any violated
+invariant, on a run whose faults were not effective (no takeover, refused
+heartbeat, refused late claim, claim answered paused or manual run: it proved nothing), and
 on an instance that exited on its own. The failure message is the checker's
 table and the run's summary; the logs stay in the test's temporary directory.
 """

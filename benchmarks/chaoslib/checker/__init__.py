@@ -83,6 +83,18 @@ The invariants (names as in :attr:`Report.invariants`):
 ``sink_newest``          a refused sink write has a newer attempt's accepted write;
                          with :attr:`Config.sink`, a slot completed with
                          ``success`` holds the final token in the sink.
+``paused_no_new_run``    no ``schedule``/``catch-up`` claim sent after a pause's answer and
+                         answered before the next resume was sent won a new run, and no
+                         stored attempt 1 of that kind started between the pause's time and
+                         the resume's on the store's clock (``checker/controls.py``).
+``trigger_once``         each request's slot was won at most once, by a manual claim; it ran
+                         (or was skipped as an overlap) when an instance was up to claim it
+                         within ``poll_ms`` + the hand-over bound; no manual run without a
+                         request, unless a trigger of its job got no answer.
+``attempts_match``       each record's ``attempts`` match the logs: numbering, the last
+                         attempt's outcome vs the status, ``expired`` only when followed or
+                         interrupted, runners and reasons as logged, releases and finishes
+                         as logged (``checker/attempts.py``).
 
 What these logs cannot show, counted as *not checked* (``skipped``) rather
 than passed:
@@ -116,6 +128,10 @@ than passed:
   is not known); only won claims are checked;
 * the sink's final contents only when :attr:`Config.sink` names the file.
 
+The operator's ``operator.jsonl`` (pause, resume, trigger, final-state; see
+:mod:`chaoslib.controls`) is read by ``checker/controls.py``: a call that raised
+may have been carried out, so only what the answers prove is judged.
+
 The harness's ``nemesis.jsonl`` lines: ``{"ev": "nemesis", "action": ...,
 "runner", "pid", "wall_ns", "mono_ns", ...}``. ``kill``, ``stop``, ``cont``,
 ``term`` and ``start-instance`` concern one process (``pid``, else the
@@ -135,7 +151,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List
 
+from .attempts import check_attempt_records
 from .bounds import bounds_of
+from .controls import check_paused, check_triggers, read_controls
 from .model import Model, build_model
 from .outcomes import check_max_attempts, check_successors, end_state
 from .report import (
@@ -195,6 +213,8 @@ def _effects(model: Model) -> Dict[str, int]:
         "store_restarts": actions.count("store-restart"),
         "stalls": actions.count("stall"),
         "frozen_writers": len(model.frozen_writers),
+        "paused_claims": sum(1 for c in model.claims if c.get("outcome") == "paused"),
+        "manual_runs": sum(1 for c in model.claims if c.get("outcome") == "won" and c.get("reason") == "manual"),
     }
 
 
@@ -214,6 +234,7 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
         check_overlap(model, slot, b, inv["overlap_window"], inv["lost_in_time"])
         check_successors(model, slot, inv["dead_runners_only"], inv["failed_not_retried"])
         check_max_attempts(slot, config.max_attempts, inv["max_attempts"])
+        check_attempt_records(model, slot, inv["attempts_match"])
         state, why = end_state(model, slot, b)
         inv["end_state"].checked += 1
         if state is not None:
@@ -230,6 +251,9 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
     check_delays(model, "kill", takeover, inv["takeover_delay"])
     check_delays(model, "term", handover, inv["handover_delay"])
     check_sink(model, config, inv["sink_newest"])
+    controls = read_controls(Path(log_dir))
+    check_paused(model, controls, inv["paused_no_new_run"])
+    check_triggers(model, controls, b, inv["trigger_once"])
     return Report(
         invariants=inv,
         effects=_effects(model),

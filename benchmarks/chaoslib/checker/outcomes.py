@@ -24,7 +24,8 @@ def end_state(model: Model, slot: Slot, b: Bounds) -> Tuple[Optional[str], Optio
             why = _stuck(model, slot, b)
             return ("running at end", None) if why is None else (None, why)
         return None, f"record status {status!r} error {error!r}"
-    outcomes = {c.get("outcome") for c in slot.claims if c.get("reason") != "takeover"}
+    # a manual claim answered ``none`` found no request to act on (another instance's claim had)
+    outcomes = {c.get("outcome") for c in slot.claims if c.get("reason") != "takeover" and not _manual_none(c)}
     reached = outcomes - {None}
     if "won" in reached:
         return None, "a claim was won but the store holds no record"
@@ -32,9 +33,15 @@ def end_state(model: Model, slot: Slot, b: Bounds) -> Tuple[Optional[str], Optio
         return "skipped as overlap", None
     if "late" in reached and reached <= {"late", "overlap"}:
         return "refused late", None
+    if "paused" in reached and reached <= {"paused", "late", "overlap"}:
+        return "skipped while paused", None
     if not reached:
         return "unreached", None
     return None, f"no record, and the claims were answered {sorted(str(o) for o in reached)}"
+
+
+def _manual_none(claim: dict) -> bool:
+    return claim.get("reason") == "manual" and claim.get("outcome") == "none"
 
 
 def _ceased_ns(model: Model, att: Optional[Attempt]) -> Optional[int]:

@@ -53,6 +53,8 @@ class Config:
     margin_ms: int = 250
     #: The sink's SQLite file, to check its final contents (optional).
     sink: Optional[Path] = None
+    #: How often the instances looked for requests of manual runs (``LeaseCron(poll_ms=...)``).
+    poll_ms: int = 1_000
 
 
 #: Every invariant, in report order, with its one-line statement.
@@ -76,6 +78,9 @@ INVARIANTS: Dict[str, str] = {
     "takeover_delay": "takeover after SIGKILL <= lease + 2 x heartbeat + rtt + margin",
     "handover_delay": "hand-over after SIGTERM <= 2 x heartbeat + rtt + margin",
     "sink_newest": "the sink keeps only the newest attempt's result",
+    "paused_no_new_run": "no scheduled or catch-up run won while its job was surely paused",
+    "trigger_once": "each trigger ran at most once, and once when an instance was up to claim it",
+    "attempts_match": "each run's stored attempts match who logged winning, finishing, releasing them",
 }
 
 #: The end states a slot may reach (``running at end`` is not an end state but is not a violation).
@@ -83,6 +88,7 @@ END_STATES = (
     "completed",
     "skipped as overlap",
     "refused late",
+    "skipped while paused",
     "interrupted by a newer slot",
     "out of attempts",
     "running at end",
@@ -158,7 +164,7 @@ class Delays:
 
 
 #: The effects that make a run meaningful: without each of them it proved nothing.
-REQUIRED_EFFECTS = ("takeovers", "refused_heartbeats", "refused_late_claims")
+REQUIRED_EFFECTS = ("takeovers", "refused_heartbeats", "refused_late_claims", "paused_claims", "manual_runs")
 
 
 @dataclasses.dataclass
@@ -187,7 +193,8 @@ class Report:
 
     @property
     def effective(self) -> bool:
-        """True when the run showed takeovers, refused heartbeats and refused late claims."""
+        """True when the run showed takeovers, refused heartbeats, refused late claims, claims
+        answered ``paused`` and won manual runs."""
         return not self.missing_effects
 
     @property

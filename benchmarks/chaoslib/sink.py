@@ -1,0 +1,70 @@
+"""The jobs' side effect in a chaos run: one SQLite table shared by every instance.
+
+A handler writes its result here once it returned; the table keeps only the
+newest attempt of each slot, so the checker can verify that fencing kept an
+older attempt's result out (``checker/sink.py``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+__all__ = ["Sink"]
+
+
+class Sink:
+    """The jobs' side effect: a SQLite table that keeps only the newest attempt of a slot.
+
+    ``results(job, slot_ms, attempt, token, PRIMARY KEY(job, slot_ms))``,
+    shared by every instance (WAL, busy timeout 5 s). A write is accepted
+    when the slot has no row or its row's attempt is not newer; it then
+    replaces the row. Decided in ``BEGIN IMMEDIATE``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        conn = self._connect()
+        try:
+            for _ in range(50):  # switching to WAL needs a moment without other connections
+                try:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError:
+                    time.sleep(0.1)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS results ("
+                " job TEXT NOT NULL, slot_ms INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+                " token TEXT NOT NULL, PRIMARY KEY (job, slot_ms))"
+            )
+        finally:
+            conn.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), timeout=5.0, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 5000")
+        return conn
+
+    def write(self, job: str, slot_ms: int, attempt: int, token: str) -> bool:
+        """Store this attempt's result unless a newer attempt's is there; whether it was accepted."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    "SELECT attempt FROM results WHERE job = ? AND slot_ms = ?", (job, slot_ms)
+                ).fetchone()
+                accepted = row is None or row[0] <= attempt
+                if accepted:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO results (job, slot_ms, attempt, token) VALUES (?, ?, ?, ?)",
+                        (job, slot_ms, attempt, token),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return accepted
+        finally:
+            conn.close()

@@ -1,0 +1,305 @@
+"""The chaos checker on pause, resume, trigger and the stored attempts: synthetic logs, no processes.
+
+Each test starts from :func:`~tests.chaos.sim.clean_run` (every1 triggered at 4500 and run by
+C; skip3 paused from 8400 to 9600, C's claim of skip3@9000 answered ``paused``; every record
+with its attempts), breaks one thing, and expects the invariant that names it to report a
+violation, or adds something allowed and expects none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from chaoslib.checker import Report
+
+from .sim import Sim, clean_run
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def found(report: Report, name: str) -> List[str]:
+    """The violations of ``name``, after checking it judged something."""
+    inv = report.invariants[name]
+    assert inv.checked + inv.skipped > 0, report.format_table()
+    return inv.violations
+
+
+def assert_violates(report: Report, name: str, text: str) -> None:
+    """``name`` reports a violation whose message holds ``text``."""
+    assert any(text in v for v in found(report, name)), report.format_table()
+
+
+def assert_clean(report: Report, name: str) -> None:
+    """``name`` reports nothing."""
+    assert found(report, name) == [], report.format_table()
+
+
+# -- paused_no_new_run -----------------------------------------------------------------------------
+
+
+def test_a_scheduled_claim_won_while_paused(tmp_path: Path) -> None:
+    """C's scheduled claim of skip3@9000, sent after the pause's answer, is won: a violation."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.c_paused_9000.update(outcome="won", attempt=1, token="c-9000", run_slot_ms=9000)
+    assert_violates(sim.check(), "paused_no_new_run", "after the pause of 8400 was stored")
+
+
+def test_a_run_stored_as_started_while_paused(tmp_path: Path) -> None:
+    """No line shows it, but the store holds skip3@9000 started at 9000 by a schedule claim."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.record("skip3", 9000, 1, "x-9000", "C", "interrupted", "superseded by 12000")
+    sim.attempts("skip3", 9000, (1, "C", "schedule", 9000, 11000, "expired"))
+    assert_violates(sim.check(), "paused_no_new_run", "started at 9000 on the store's clock")
+
+
+def test_the_same_run_while_the_store_clock_was_stepped_is_skipped(tmp_path: Path) -> None:
+    """The store's clock was stepped during the pause: its times cannot order the run and the pause."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.record("skip3", 9000, 1, "x-9000", "C", "interrupted", "superseded by 12000")
+    sim.attempts("skip3", 9000, (1, "C", "schedule", 9000, 11000, "expired"))
+    sim.nemesis("clock-step", 8900, offset_ms=-3000)
+    sim.nemesis("clock-back", 9300)
+    report = sim.check()
+    assert_clean(report, "paused_no_new_run")
+    assert report.invariants["paused_no_new_run"].skipped == 1
+
+
+@pytest.mark.parametrize("sent", [8399, 9600])
+def test_claims_at_the_edges_of_a_pause_are_allowed(tmp_path: Path, sent: float) -> None:
+    """A claim sent before the pause's answer, or once the resume was sent, may win."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.c_paused_9000.update(outcome="won", attempt=1, token="c-9000", run_slot_ms=9000)
+    h.c_paused_9000["t0_mono_ns"] = int(sent * 1_000_000)
+    h.c_paused_9000["t1_mono_ns"] = h.c_paused_9000["mono_ns"] = int((sent + 1) * 1_000_000)
+    assert_clean(sim.check(), "paused_no_new_run")
+
+
+def test_the_retry_of_a_claim_sent_before_the_pause_is_skipped(tmp_path: Path) -> None:
+    """C's first try, sent before the pause, got no answer; its retry during the pause is answered
+    won (rule 2: the store had carried the first try out): no new run, skipped."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    sim.claim("C", "skip3", 9000, 8300, None)
+    h.c_paused_9000.update(outcome="won", attempt=1, token="c-9000", run_slot_ms=9000)
+    report = sim.check()
+    assert_clean(report, "paused_no_new_run")
+    assert report.invariants["paused_no_new_run"].skipped == 1
+
+
+def test_a_pause_that_raised_proves_nothing(tmp_path: Path) -> None:
+    """A pause whose call raised may not have been stored: a run won after it is no violation."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    del h.pause["paused_ms"]
+    h.pause["error"] = "ConnectionError: reset"
+    h.c_paused_9000.update(outcome="won", attempt=1, token="c-9000", run_slot_ms=9000)
+    report = sim.check()
+    assert report.invariants["paused_no_new_run"].checked == 0 and report.invariants["paused_no_new_run"].ok
+
+
+def test_a_manual_run_while_paused_is_allowed(tmp_path: Path) -> None:
+    """A paused job's request runs all the same (rule 17)."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.c_paused_9000.update(outcome="won", attempt=1, token="c-9000", run_slot_ms=9000, reason="manual")
+    sim.operator("trigger", "skip3", 8900, slot_ms=9000, expires_ms=49_000, state="pending")
+    assert_clean(sim.check(), "paused_no_new_run")
+
+
+def test_without_a_resume_before_now_the_monotonic_time_bounds_it(tmp_path: Path) -> None:
+    """A resume that raised has no store time: the pause lasts, on the store's clock, at least
+    as long as the monotonic time between the pause's answer and the resume's send."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    del h.resume["now_before_ms"]
+    h.resume["error"] = "TimeoutError: timed out"
+    sim.record("skip3", 9000, 1, "x-9000", "C", "interrupted", "superseded by 12000")
+    sim.attempts("skip3", 9000, (1, "C", "schedule", 9500, 11000, "expired"))
+    assert_violates(sim.check(), "paused_no_new_run", "after 9589")
+
+
+# -- trigger_once ----------------------------------------------------------------------------------
+
+
+def test_a_request_won_twice(tmp_path: Path) -> None:
+    """B wins attempt 1 of the requested slot too, with a token of its own."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.won("B", "every1", 4500, 1, "b-4500", 4705, reason="manual")
+    assert_violates(sim.check(), "trigger_once", "won 2 times")
+
+
+def test_a_request_never_run_though_instances_were_up(tmp_path: Path) -> None:
+    """long2 requested at 5000; B and C ran throughout and neither claimed it; it expired."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.operator("trigger", "long2", 5000, slot_ms=5000, expires_ms=45_000, state="pending")
+    sim.final_state("long2", (5000, "expired"))
+    assert_violates(sim.check(), "trigger_once", "never ran (the store shows it expired)")
+
+
+def test_a_request_made_while_the_store_was_down_may_expire(tmp_path: Path) -> None:
+    """The same request during a store restart: no instance could claim it; skipped, not blamed."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.nemesis("store-restart", 4990, duration_ms=3000)
+    sim.operator("trigger", "long2", 5000, slot_ms=5000, expires_ms=45_000, state="pending")
+    sim.final_state("long2", (5000, "expired"))
+    report = sim.check()
+    assert_clean(report, "trigger_once")
+    assert report.invariants["trigger_once"].skipped == 1
+
+
+def test_a_request_skipped_as_an_overlap_is_allowed(tmp_path: Path) -> None:
+    """skip3 requested at 4000 while B runs skip3@3000: C's manual claim is answered overlap."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.operator("trigger", "skip3", 4000, slot_ms=4000, expires_ms=44_000, state="pending")
+    sim.claim("C", "skip3", 4000, 4200, "overlap", reason="manual", attempt=1, token="b-3000", run_slot=3000)
+    sim.final_state("skip3", (4000, "skipped"))
+    assert_clean(sim.check(), "trigger_once")
+
+
+def test_a_request_that_ran_but_shows_expired(tmp_path: Path) -> None:
+    """every1@4500 ran, yet the store's final state of its request is expired."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.logs["operator"] = [ln for ln in sim.logs["operator"] if ln.get("action") != "final-state"]
+    sim.final_state("every1", (4500, "expired"))
+    assert_violates(sim.check(), "trigger_once", "the request ran, yet the store shows it expired")
+
+
+def test_a_requested_slot_won_by_a_scheduled_claim(tmp_path: Path) -> None:
+    """The request's slot is won by a schedule claim and stored so."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.c_won_4500["reason"] = "schedule"
+    h.stored_4500[0]["reason"] = "schedule"
+    assert_violates(sim.check(), "trigger_once", "won by a non-manual claim")
+
+
+def test_a_manual_run_nobody_requested(tmp_path: Path) -> None:
+    """C wins a manual run of long2 at 6100 with no request logged."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.won("C", "long2", 6100, 1, "c-6100", 6200, reason="manual")
+    assert_violates(sim.check(), "trigger_once", "won a manual run nobody requested")
+
+
+def test_a_manual_run_after_a_trigger_that_raised_is_skipped(tmp_path: Path) -> None:
+    """The same run after a trigger of long2 that got no answer (it may have been stored)."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.operator("trigger", "long2", 6090, error="ConnectionError: reset")
+    sim.won("C", "long2", 6100, 1, "c-6100", 6200, reason="manual")
+    report = sim.check()
+    assert_clean(report, "trigger_once")
+    assert report.invariants["trigger_once"].skipped == 1
+
+
+# -- attempts_match --------------------------------------------------------------------------------
+
+
+def test_stored_runner_differs_from_the_logged_winner(tmp_path: Path) -> None:
+    """long2@8000's attempt 2 is stored as B's, but C logged winning it."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[1]["runner"] = "B"
+    assert_violates(sim.check(), "attempts_match", "attempt #2 stored as B's")
+
+
+def test_stored_reason_differs_from_the_winning_claim(tmp_path: Path) -> None:
+    """long2@8000's attempt 2 is stored with reason schedule; C won it by a takeover."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[1]["reason"] = "schedule"
+    assert_violates(sim.check(), "attempts_match", "won by a takeover claim")
+
+
+def test_last_outcome_against_the_status(tmp_path: Path) -> None:
+    """every1@4500 succeeded, but its only attempt is stored failed."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_4500[0]["outcome"] = "failed"
+    report = sim.check()
+    assert_violates(report, "attempts_match", "run success, its last attempt #1 failed")
+    assert_violates(report, "attempts_match", "its runner's finish success was accepted")
+
+
+def test_expired_although_its_release_was_accepted(tmp_path: Path) -> None:
+    """every1@12000's attempt 1 was released by C (accepted), but is stored expired."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_12000[0]["outcome"] = "expired"
+    assert_violates(sim.check(), "attempts_match", "stored expired, its runner's release was accepted")
+
+
+def test_an_earlier_attempt_that_did_not_end(tmp_path: Path) -> None:
+    """An attempt followed by another is stored running (no end)."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[0].update(outcome="running", ended_ms=None)
+    assert_violates(sim.check(), "attempts_match", "attempt #1 running, yet #2 followed")
+
+
+def test_handed_over_without_a_release_line(tmp_path: Path) -> None:
+    """long2@8000's attempt 1 (B, frozen, never released) is stored handed_over."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[0]["outcome"] = "handed_over"
+    assert_violates(sim.check(), "attempts_match", "logged no accepted finish or release")
+
+
+def test_handed_over_by_a_runner_killed_later_is_skipped(tmp_path: Path) -> None:
+    """The same, but B was killed after it won: its release line may be missing."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[0]["outcome"] = "handed_over"
+    sim.nemesis("kill", 13950, "B")
+    assert_clean(sim.check(), "attempts_match")
+
+
+def test_numbering_gap(tmp_path: Path) -> None:
+    """The stored attempts skip a number."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[1]["number"] = 3
+    assert_violates(sim.check(), "attempts_match", "attempts numbered [1, 3]")
+
+
+def test_an_attempt_ending_after_the_next_began(tmp_path: Path) -> None:
+    """On the store's clock, attempt 1 of long2@8000 ends after attempt 2 started."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[0]["ended_ms"] = 10_200
+    assert_violates(sim.check(), "attempts_match", "ended at 10200, after #2 started at 10100")
+
+
+def test_the_same_order_while_the_store_clock_was_stepped_is_not_judged(tmp_path: Path) -> None:
+    """A step of the store's clock: its times do not order the attempts."""
+    sim = Sim(tmp_path)
+    h = clean_run(sim)
+    h.stored_8000[0]["ended_ms"] = 10_200
+    sim.nemesis("clock-step", 9000, offset_ms=2000)
+    sim.nemesis("clock-back", 9500)
+    assert_clean(sim.check(), "attempts_match")
+
+
+def test_a_run_released_at_the_end_and_not_taken_over(tmp_path: Path) -> None:
+    """A run still ``running`` whose last attempt was released (the instances stopped): allowed."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.won("B", "long2", 13500, 1, "b-13500", 13500)
+    b135 = {"job": "long2", "slot_ms": 13500, "attempt": 1, "token": "b-13500"}
+    sim.line("B", "start", 13502, reason="schedule", **b135)
+    sim.call("B", "release", b135, 13910, True)
+    sim.record("long2", 13500, 1, "b-13500", "B", "running")
+    sim.attempts("long2", 13500, (1, "B", "schedule", 13500, 13911, "handed_over"))
+    assert_clean(sim.check(), "attempts_match")
