@@ -66,6 +66,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--max-late-ms", type=int, default=30_000)
     p.add_argument("--overlap", default="skip", choices=["skip", "allow"])
     p.add_argument("--stop-timeout-ms", type=int, default=5_000)
+    p.add_argument("--poll-ms", type=int, default=1_000, help="how often to poll for manual runs (default: 1000)")
     p.add_argument("--history-size", type=int, default=100, help="finished runs the store keeps (default: 100)")
     p.add_argument("--ignore-abort", action="store_true", help="the handler ignores its signal")
     p.add_argument("--probe-finish", action="store_true", help="after lost, try a finish with the old token")
@@ -90,6 +91,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         overlap=args.overlap,
         stop_timeout_ms=args.stop_timeout_ms,
         history_size=args.history_size,
+        poll_ms=args.poll_ms,
     )
     runner = args.runner
 

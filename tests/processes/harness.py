@@ -151,6 +151,7 @@ class Cluster:
         catch_up_ms: int = 0,
         overlap: str = "skip",
         stop_timeout_ms: int = 5_000,
+        poll_ms: int = 1_000,
         ignore_abort: bool = False,
         probe_finish: bool = False,
         job: Optional[str] = None,
@@ -172,6 +173,7 @@ class Cluster:
             "--catch-up-ms", str(catch_up_ms),
             "--overlap", overlap,
             "--stop-timeout-ms", str(stop_timeout_ms),
+            "--poll-ms", str(poll_ms),
         ]  # fmt: skip
         if ignore_abort:
             cmd.append("--ignore-abort")
