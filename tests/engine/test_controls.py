@@ -10,12 +10,14 @@ within ``poll_ms`` plus a claim) with the engine tests' one ``MARGIN``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Any
+from typing import Any, List
 
 import pytest
 
-from leasecron import ConfigError, LeaseCron, MemoryStore
+from leasecron import ConfigError, LeaseCron, MemoryStore, Store
+from leasecron.controls import ManualRequest
 from leasecron.events import slot_text
 from leasecron.jobs import Job
 from tests.conftest import Backend
@@ -127,27 +129,43 @@ def test_trigger_runs_exactly_once_across_three_instances_within_poll_ms_plus_a_
     assert all(e.type in ("start", "success") for rec in recs for e in rec.of())
 
 
+class HeldPolls(CountingPolls):
+    """Counts the polls, and holds every poll after the first answered one until ``go`` is set
+    (then it reads the store)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.go = threading.Event()
+        self.answered = 0
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        if self.answered >= 1:
+            self.go.wait(10)
+        found = super()._pending_requests()
+        self.answered += 1  # polls are one at a time
+        return found
+
+
 def test_a_manual_run_whose_runner_died_is_taken_over_by_an_instance_that_polled_after_its_claim(
     make_cron: MakeCron,
 ) -> None:
     """The store lists a claimed request until it expires, and an instance that finds one it did not
-    win backs its run up: the manual run of a runner that died (a store-level dead claim, made just
-    after b's first poll, so b never saw the request pending) is taken over by b."""
-    poll = 1_000
-    counted = CountingPolls(make_cron().store)
-    b = make_cron("b", store=counted, catch_up_ms=0, poll_ms=poll)
+    win backs its run up: the manual run of a runner that died (a store-level dead claim, made while
+    b's second poll is held, so b never saw the request pending) is taken over by b."""
+    polls = HeldPolls(make_cron().store)
+    b = make_cron("b", store=polls, catch_up_ms=0, poll_ms=200)
     rec = Recorder(b)
     b.add_job(lambda: None, HOURLY, name="job")
     b.start()
-    wait_for(lambda: counted.polls >= 1 and b.clock.synced, 3)
-    made = counted.request_run("job", by="ops")
-    dead = dead_claim(counted, "job", made.slot_ms, 400, reason="manual")
-    assert counted.polls == 1, "b polled before the request was claimed: nothing is proved"
-    start = rec.wait("start", timeout=(poll + 400) / 1000 + 2, job="job")
+    wait_for(lambda: polls.answered >= 1 and b.clock.synced, 3)
+    made = polls.request_run("job", by="ops")
+    dead = dead_claim(polls, "job", made.slot_ms, 400, reason="manual")
+    polls.go.set()
+    start = rec.wait("start", timeout=3, job="job")
     assert (start.slot_ms, start.attempt, start.reason) == (made.slot_ms, 2, "takeover")
     assert start.run is not None and start.run.started_ms >= dead.lease_end_ms
     rec.wait("success", job="job")
-    run = stored(counted, "job", made.slot_ms)
+    run = stored(polls, "job", made.slot_ms)
     assert [(a.runner, a.reason, a.outcome) for a in run.attempts] == [
         ("dead", "manual", "expired"),
         ("b", "takeover", "success"),
