@@ -98,13 +98,13 @@ class _MemoryTable(Table):
         return sorted(found, key=lambda made: (made.slot_ms, made.job))
 
     def pending(self, now_ms: int) -> List[ManualRequest]:
-        return [self._pending[key] for key in sorted(self._pending) if self._pending[key].expires_ms >= now_ms]
+        for key in [key for key, open_request in self._pending.items() if open_request.expires_ms < now_ms]:
+            del self._pending[key]  # expired: never listed again
+        return [self._pending[key] for key in sorted(self._pending)]
 
     def add_request(self, request: ManualRequest) -> None:
         self._requests.setdefault(request.job, {})[request.slot_ms] = request
         self._pending[request.slot_ms, request.job] = request
-        for key in [key for key, open_request in self._pending.items() if open_request.expires_ms < request.slot_ms]:
-            del self._pending[key]  # expired: pending_requests() no longer lists them
 
     def end_request(self, job: str, slot_ms: int, state: str) -> None:
         made = self._requests.get(job, {}).get(slot_ms)
