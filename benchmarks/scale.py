@@ -52,6 +52,14 @@ idle workers, no more than the most live runs seen, and one or two threads
 per live run); idle CPU under 2 % of one core at 10,000 jobs (the
 absolute figure, the due jobs' runs included).
 
+``--poll`` measures instead what looking for requests of manual runs costs
+(``pending_requests()``, one call per ``poll_ms`` per instance whatever the
+number of jobs), on any store (``--store memory``, ``sqlite`` or a Redis,
+Valkey or PostgreSQL URL), at 1, 100 and 10,000 jobs with their stored
+runs: ``benchmarks/speedlib/poll.py`` says how. For example::
+
+    python benchmarks/scale.py --poll --store redis://127.0.0.1:6379/0
+
 Every configuration runs in a process of its own, so that one's memory and
 threads cannot show in the next; a child whose parent died exits at once
 (its stdin closes). The default run (3 windows of 30 s plus start-up) takes
@@ -493,10 +501,18 @@ def main() -> int:
     parser.add_argument("--due", type=int, default=3, help="jobs that are due during the window (default 3)")
     parser.add_argument("--due-every", type=float, default=5.0, help="the due jobs' interval in s (default 5)")
     parser.add_argument("--work", type=float, default=1.0, help="how long a due job's handler works, s (default 1)")
-    parser.add_argument("--store", choices=["memory", "sqlite"], default="memory", help="default: memory")
+    parser.add_argument("--store", default="memory", help="memory or sqlite; with --poll, also a Redis, Valkey or"
+                        " PostgreSQL URL (default: memory)")  # fmt: skip
     parser.add_argument("--config", type=int, help=argparse.SUPPRESS)  # the child: measure one configuration
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
+    from speedlib import poll  # benchmarks/ is on sys.path: this file's directory
+
+    poll.add_arguments(parser)
     args = parser.parse_args()
+    if args.poll:
+        return poll.run(args, not_due_schedules)
+    if args.store not in ("memory", "sqlite"):
+        parser.error("--store must be memory or sqlite (a server's URL only with --poll)")
     if args.config is not None:
         return child_main(args)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # so the child is killed

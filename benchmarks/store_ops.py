@@ -1,6 +1,6 @@
 """Store operation latency against the bare round trip of the same store.
 
-    python benchmarks/store_ops.py [--store URL] [--ops N] [--rounds R] [--threads 1,8]
+    python benchmarks/store_ops.py [--store URL] [--ops N] [--rounds R] [--threads 1,8] [--baseline-ref REF]
 
 For each operation (claim won, claim lost, heartbeat, finish, release) it
 prints p50 and p99 latency and ops/s with 1 and with 8 threads (medians over
@@ -24,6 +24,15 @@ job's steady state. The baselines:
   operation under the store's lock).
 
 The default store is a fresh SQLite file in a temporary directory.
+
+``--baseline-ref REF`` compares two versions instead, in one invocation: the
+``leasecron`` of git commit REF (before) and the one next to this script
+(after), each in a process of its own on a store of its own, measured the same
+way in alternating rounds; it prints after/before per operation, and the
+issue-14 target (a claim within 5 % of the baseline's). See
+``benchmarks/speedlib/baseline.py``. For example::
+
+    python benchmarks/store_ops.py --baseline-ref a486df3 --store postgresql://root@127.0.0.1/test
 
 On PostgreSQL the benchmark leaves nothing behind. Without ``schema=`` in the
 URL it creates a fresh schema ``leasecron_bench_<pid>`` (and refuses to run if
@@ -55,7 +64,6 @@ import leasecron
 from leasecron.stores import MemoryStore, SQLiteStore, Store
 from leasecron.stores.postgres import PostgresStore
 from leasecron.stores.redis import RedisStore, job_keys
-
 
 
 @dataclasses.dataclass
@@ -453,8 +461,17 @@ def main() -> int:
     parser.add_argument("--ops", type=int, default=400, help="operations per round (default 400)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is shown (default 5)")
     parser.add_argument("--threads", default="1,8", help="thread counts, comma-separated (default 1,8)")
+    parser.add_argument("--baseline-ref", metavar="REF", help="measure the leasecron of git commit REF too, beside"
+                        " this one, in one run (speedlib/baseline.py)")  # fmt: skip
+    parser.add_argument("--serve", choices=["before", "after"], help=argparse.SUPPRESS)  # a --baseline-ref child
+    parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     thread_counts = [int(t) for t in args.threads.split(",")]
+    if args.serve or args.baseline_ref:
+        from speedlib import baseline  # benchmarks/ is on sys.path: this file's directory
+
+        args.script = os.path.abspath(__file__)
+        return baseline.serve(args) if args.serve else baseline.compare(args)
     exit_on_sigterm()
     note = ""
     results: Dict[int, Dict[str, Timing]] = {}
