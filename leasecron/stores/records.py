@@ -34,7 +34,15 @@ from ..errors import StoreError, shown
 from ..runs import MAX_ATTEMPTS_KEPT, STATUSES, Attempt, Run, Status, slot_datetime
 from ..states import AttemptOutcome, RequestState
 
-__all__ = ["Record", "attempts_json", "new_token", "read_pause", "read_record", "read_request"]
+__all__ = [
+    "Record",
+    "attempts_json",
+    "new_token",
+    "read_pause",
+    "read_record",
+    "read_request",
+    "stored_attempts_json",
+]
 
 _OUTCOMES = AttemptOutcome.values()
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -187,6 +195,13 @@ def _stored_text(value: object, field: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{field} is {shown(value)}, not text")
     return value
+
+
+def stored_attempts_json(record: Record) -> Optional[str]:
+    """What a store keeps of ``record``'s attempts: ``None`` when they are the one attempt the
+    run's own fields describe (the run reads back the same, with no JSON to parse: most runs have
+    one attempt, and every claim answer reads its run), else :func:`attempts_json`."""
+    return None if record.attempts == _first_attempt(record) else attempts_json(record.attempts)
 
 
 def attempts_json(attempts: Tuple[Attempt, ...]) -> str:

@@ -1,6 +1,7 @@
 """The SQLite store's :class:`~leasecron.stores.table.Table`: the reads and writes of the lease
 rules, as the named queries of ``stores/sql/sqlite/queries.sql``, on the connection of one
-transaction. A run's attempts are kept as JSON text (:func:`~leasecron.stores.records.attempts_json`)."""
+transaction. A run's attempts are kept as JSON text (:func:`~leasecron.stores.records.attempts_json`),
+or NULL when they are the one attempt the run's own fields describe (most runs: nothing to parse)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sqlite3
 from typing import Any, Dict, List, Optional
 
 from ..controls import JobState, ManualRequest
-from .records import Record, attempts_json, read_pause, read_record, read_request
+from .records import Record, read_pause, read_record, read_request, stored_attempts_json
 from .table import NewSlot, Table
 
 __all__ = ["SQLiteTable"]
@@ -20,7 +21,7 @@ def _record(row: sqlite3.Row) -> Record:
 
 
 def _row(record: Record) -> Dict[str, Any]:
-    return {**vars(record), "attempts": attempts_json(record.attempts)}
+    return {**vars(record), "attempts": stored_attempts_json(record)}
 
 
 def _request(row: sqlite3.Row) -> ManualRequest:
