@@ -45,6 +45,9 @@ __all__ = [
 ]
 
 _OUTCOMES = AttemptOutcome.values()
+_REQUEST_STATES = RequestState.values()
+#: The last millisecond of the year 9999, the last a slot's datetime can hold.
+MAX_SLOT_MS = 253_402_300_799_999
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: The fields every stored attempt has; ``ended_ms`` and ``error`` may be left out when they are null.
 _ATTEMPT_FIELDS = ("number", "runner", "reason", "started_ms", "outcome")
@@ -163,7 +166,8 @@ def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
         )
         if record.status not in STATUSES:
             raise ValueError(f"status is {shown(record.status)}, not one of {', '.join(STATUSES)}")
-        slot_datetime(record.slot_ms)  # a slot past the year 9999 cannot be a Run
+        if record.slot_ms > MAX_SLOT_MS:
+            slot_datetime(record.slot_ms)  # raises: a slot past the year 9999 cannot be a Run
         stored = fields.get("attempts")
         record.attempts = _first_attempt(record) if stored is None else _stored_attempts(stored)
     except KeyError as exc:
@@ -174,6 +178,8 @@ def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
 
 
 def _stored_int(value: object, field: str, minimum: Optional[int] = None) -> int:
+    if type(value) is int and (minimum is None or value >= minimum):  # as SQL drivers read it: at once
+        return value
     if isinstance(value, str) and value.lstrip("-").isdigit():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
@@ -230,8 +236,8 @@ def read_request(job: str, fields: Mapping[str, Any]) -> ManualRequest:
             expires_ms=_stored_int(fields["expires_ms"], "expires_ms"),
             state=_stored_text(fields["state"], "state"),
         )
-        if made.state not in RequestState.values():
-            raise ValueError(f"state is {shown(made.state)}, not one of {', '.join(RequestState.values())}")
+        if made.state not in _REQUEST_STATES:
+            raise ValueError(f"state is {shown(made.state)}, not one of {', '.join(_REQUEST_STATES)}")
     except KeyError as exc:
         raise StoreError(f"{unreadable}: {exc} is missing") from exc
     except (TypeError, ValueError) as exc:

@@ -110,10 +110,34 @@ local function with_int_texts(fields)
   return copy
 end
 
+-- `x`, with JSON's null as nil.
+local function value(x)
+  if x == NULL then
+    return nil
+  end
+  return x
+end
+
+-- Whether the run's attempts are the one attempt its own fields describe:
+-- the store keeps none then, and they read back the same (most runs have one
+-- attempt; every read and write of the run is then cheaper), as in
+-- leasecron.stores.records.stored_attempts_json.
+local function only_own_attempt(run)
+  local attempts = run.attempts
+  if attempts == nil or #attempts ~= 1 then
+    return false
+  end
+  local a = attempts[1]
+  return a.number == run.attempt and a.runner == run.runner and a.reason == run.reason
+    and a.started_ms == run.started_ms and a.outcome == run.status
+    and value(a.ended_ms) == value(run.finished_ms) and value(a.error) == value(run.error)
+end
+
 -- Store `run` at `slot`; returns the JSON written.
 local function save(slot, run)
   local stored = with_int_texts(run)
-  if run.attempts ~= nil then
+  stored.attempts = nil
+  if run.attempts ~= nil and not only_own_attempt(run) then
     stored.attempts = {}
     for i, attempt in ipairs(run.attempts) do
       stored.attempts[i] = with_int_texts(attempt)
