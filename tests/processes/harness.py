@@ -29,12 +29,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
+from leasecron import Run, Store
+from tests.helpers import wait_for
+
 __all__ = [
     "Cluster",
     "Worker",
     "WorkerCrashed",
     "Event",
+    "first_run",
     "now_ms",
+    "ready_t",
+    "renewed_run",
     "store_write_lock",
 ]
 
@@ -265,3 +271,30 @@ class Cluster:
             if tail:
                 lines.append(f"stderr of {worker.runner} (exit {worker.proc.poll()}):\n{tail}")
         return "\n".join(lines)
+
+
+def ready_t(cluster: Cluster) -> int:
+    """The wall time (epoch ms) by which every worker had printed ``ready``."""
+    readies = cluster.where(event="ready")
+    assert len(readies) == len(cluster.workers), readies
+    return max(e["t"] for e in readies)
+
+
+def first_run(cluster: Cluster, every_s: float) -> Event:
+    """The first ``handler-start`` of a slot due after every worker was ready (all of them claimed it)."""
+    ready = ready_t(cluster)
+    return cluster.wait_event(
+        lambda e: e["event"] == "handler-start" and e["slot_ms"] > ready and e["attempt"] == 1,
+        timeout=every_s + 5,
+        message="(the first slot after all workers were ready)",
+    )
+
+
+def renewed_run(store: Store, job: str, slot_ms: int, lease_ms: int) -> Run:
+    """Wait until a heartbeat renewed the run's lease (its runner is alive mid-run); the run."""
+
+    def renewed() -> Optional[Run]:
+        run = store.get_run(job, slot_ms)
+        return run if run is not None and run.lease_end_ms > run.started_ms + lease_ms else None
+
+    return wait_for(renewed, timeout=3, interval=0.005, message=f"no heartbeat renewed the lease of slot {slot_ms}")

@@ -21,7 +21,7 @@ import pytest
 from leasecron import Run, Store
 from tests.helpers import wait_for
 
-from .harness import Cluster, Event
+from .harness import Cluster, Worker, first_run, renewed_run
 
 pytestmark = [
     pytest.mark.processes,
@@ -50,25 +50,6 @@ def _cli_json(*args: str) -> Any:
     return json.loads(_cli(*args, "--json"))
 
 
-def _ready_t(cluster: Cluster) -> int:
-    """The wall time (epoch ms) by which every worker had printed ``ready``."""
-    readies = cluster.where(event="ready")
-    assert len(readies) == len(cluster.workers), readies
-    return max(e["t"] for e in readies)
-
-
-def _first_start(cluster: Cluster, every_s: float) -> Event:
-    """The ``handler-start`` of the first slot due after every worker was ready (all of them claimed it)."""
-    ready = _ready_t(cluster)
-    return cluster.wait_event(
-        lambda e: e["event"] == "handler-start" and e["slot_ms"] > ready and e["attempt"] == 1,
-        timeout=every_s + 5,
-        message="(the first slot after all workers were ready)",
-    )
-
-
-def _events(cluster: Cluster, name: str, slot_ms: int, **fields: Any) -> List[Event]:
-    return cluster.where(event=name, slot_ms=slot_ms, **fields)
 
 
 def _slot_after(ms: int, every_ms: int) -> int:
@@ -76,14 +57,22 @@ def _slot_after(ms: int, every_ms: int) -> int:
     return (ms // every_ms + 1) * every_ms
 
 
-def _renewed(store: Store, job: str, slot_ms: int) -> Run:
-    """Wait until a heartbeat renewed the run's lease (its runner is alive mid-run); the run."""
 
-    def renewed() -> Optional[Run]:
-        run = store.get_run(job, slot_ms)
-        return run if run is not None and run.lease_end_ms > run.started_ms + LEASE_MS else None
 
-    return wait_for(renewed, timeout=3, interval=0.005, message=f"no heartbeat renewed the lease of slot {slot_ms}")
+def _kill_and_take_over(cluster: Cluster, victim: Worker, slot_ms: int) -> str:
+    """SIGKILL ``victim`` mid-run at ``slot_ms``; another worker starts attempt 2 (reason takeover)
+    and it succeeds. The taker's runner."""
+    victim.kill()
+    assert victim.wait_exit(5) == -signal.SIGKILL
+    takeover = cluster.wait_event(
+        lambda e: e["event"] == "start" and e["slot_ms"] == slot_ms and e["attempt"] == 2,
+        timeout=(LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 5,
+        message="(attempt 2 after the kill)",
+    )
+    taker = str(takeover["runner"])
+    assert taker != victim.runner and takeover["reason"] == "takeover"
+    cluster.wait_for(event="success", slot_ms=slot_ms, attempt=2, runner=taker, timeout=5)
+    return taker
 
 
 def _all_ended(store: Store, job: str, slots: List[int]) -> Optional[List[Run]]:
@@ -117,10 +106,10 @@ def test_cli_trigger_runs_once_on_one_process(
 
     # What the processes say: one handler ran it, the runner the store names; nobody else started it.
     cluster.wait_for(event="success", slot_ms=slot, runner=run.runner, timeout=5)
-    starts = _events(cluster, "handler-start", slot)
+    starts = cluster.where(event="handler-start", slot_ms=slot)
     assert [(e["runner"], e["attempt"]) for e in starts] == [(run.runner, 1)], starts
-    assert [(e["runner"], e["reason"]) for e in _events(cluster, "start", slot)] == [(run.runner, "manual")]
-    assert [e["runner"] for e in _events(cluster, "success", slot)] == [run.runner]
+    assert [(e["runner"], e["reason"]) for e in cluster.where(event="start", slot_ms=slot)] == [(run.runner, "manual")]
+    assert [e["runner"] for e in cluster.where(event="success", slot_ms=slot)] == [run.runner]
     # The request was consumed by that claim: no process can claim it again on a later poll.
     state = store.job_state(cluster.job)
     assert [(r.slot_ms, r.state) for r in state.requests] == [(slot, "claimed")], state
@@ -137,7 +126,7 @@ def test_cli_pause_stops_every_process_then_resume(cluster: Cluster, process_bac
         NAMES, every=every_ms / 1000, work=work_s, overlap="allow", lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS
     )
     store = process_backend.open()
-    _first_start(cluster, every_ms / 1000)
+    first_run(cluster, every_ms / 1000)
 
     state = _cli_json("pause", cluster.url, cluster.job, "--note", "x", "--by", "ops")
     assert (state["paused"], state["paused_by"], state["note"]) == (True, "ops", "x"), state
@@ -152,7 +141,7 @@ def test_cli_pause_stops_every_process_then_resume(cluster: Cluster, process_bac
             timeout=(following - store.now_ms()) / 1000 + 3,
             message=f"(skip of slot {following} by {name})",
         )
-    for e in _events(cluster, "skip", following):
+    for e in cluster.where(event="skip", slot_ms=following):
         assert e["reason"] == "paused", e
 
     resume_from = store.now_ms()
@@ -191,7 +180,7 @@ def test_cli_pause_stops_every_process_then_resume(cluster: Cluster, process_bac
     for r in runs:
         if r.slot_ms <= resume_from:
             assert r.attempts[0].started_ms <= paused_ms, f"slot {r.slot_ms} was won after the pause: {r}"
-    assert len(_events(cluster, "handler-start", after)) == 1
+    assert len(cluster.where(event="handler-start", slot_ms=after)) == 1
     assert not cluster.where(event="error"), cluster.where(event="error")
 
 
@@ -201,21 +190,12 @@ def test_sigkilled_runner_shows_attempts_expired_then_success(
     """SIGKILL of a runner mid-run: `leasecron show --json` lists attempt 1 expired (killed) and 2 success."""
     every_s = 2.0  # the next slot falls after the takeover and its run (docs/protocol.rst, "Why a newer run wins")
     cluster.start_many(NAMES, every=every_s, work=0.8, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS, poll_ms=POLL_MS)
-    first = _first_start(cluster, every_s)
+    first = first_run(cluster, every_s)
     slot, victim = first["slot_ms"], cluster.workers[first["runner"]]
     store = process_backend.open()
-    _renewed(store, cluster.job, slot)
+    renewed_run(store, cluster.job, slot, LEASE_MS)
 
-    victim.kill()
-    assert victim.wait_exit(5) == -signal.SIGKILL
-    takeover = cluster.wait_event(
-        lambda e: e["event"] == "start" and e["slot_ms"] == slot and e["attempt"] == 2,
-        timeout=(LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 5,
-        message="(attempt 2 after the kill)",
-    )
-    taker = takeover["runner"]
-    assert taker != victim.runner and takeover["reason"] == "takeover"
-    cluster.wait_for(event="success", slot_ms=slot, attempt=2, runner=taker, timeout=5)
+    taker = _kill_and_take_over(cluster, victim, slot)
 
     shown = _cli_json("show", cluster.url, cluster.job, str(slot))
     assert (shown["slot_ms"], shown["status"], shown["attempt"], shown["runner"]) == (slot, "success", 2, taker)
@@ -237,8 +217,8 @@ def test_sigkilled_runner_shows_attempts_expired_then_success(
     run = store.get_run(cluster.job, slot)
     assert run is not None and run.to_dict() == shown
     # The killed runner never finished its attempt; only the taker's handler ended.
-    assert [e["runner"] for e in _events(cluster, "handler-end", slot)] == [taker]
-    assert [e["runner"] for e in _events(cluster, "success", slot)] == [taker]
+    assert [e["runner"] for e in cluster.where(event="handler-end", slot_ms=slot)] == [taker]
+    assert [e["runner"] for e in cluster.where(event="success", slot_ms=slot)] == [taker]
 
 
 
@@ -253,16 +233,7 @@ def test_a_triggered_run_whose_runner_is_sigkilled_is_taken_over(
         lambda e: e["event"] == "handler-start" and e["slot_ms"] == slot, timeout=POLL_MS / 1000 + 5, message="(manual)"
     )
     victim = cluster.workers[started["runner"]]
-    victim.kill()
-    assert victim.wait_exit(5) == -signal.SIGKILL
-    takeover = cluster.wait_event(
-        lambda e: e["event"] == "start" and e["slot_ms"] == slot and e["attempt"] == 2,
-        timeout=(LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 5,
-        message="(attempt 2 of the manual run after the kill)",
-    )
-    taker = takeover["runner"]
-    assert taker != victim.runner and takeover["reason"] == "takeover"
-    cluster.wait_for(event="success", slot_ms=slot, attempt=2, runner=taker, timeout=5)
+    taker = _kill_and_take_over(cluster, victim, slot)
     shown = _cli_json("show", cluster.url, cluster.job, str(slot))
     attempts = [(a["number"], a["runner"], a["reason"], a["outcome"]) for a in shown["attempts"]]
     assert attempts == [(1, victim.runner, "manual", "expired"), (2, taker, "takeover", "success")], shown

@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any, List, Optional
+from typing import Any, List
 
 import pytest
 
-from leasecron import Run, Store, StoreUnavailable, open_store
+from leasecron import Store, StoreUnavailable, open_store
 from tests.helpers import wait_for
 
 from .harness import (
     Cluster,
     Event,
     Worker,
+    first_run,
+    ready_t,
+    renewed_run,
     store_write_lock,
 )
 
@@ -38,35 +41,6 @@ MARGIN_MS = 300
 NAMES = ["p1", "p2", "p3"]
 
 
-def _ready_t(cluster: Cluster) -> int:
-    """The wall time (epoch ms) by which every worker had printed ``ready``."""
-    readies = cluster.where(event="ready")
-    assert len(readies) == len(cluster.workers), readies
-    return max(e["t"] for e in readies)
-
-
-def _first_run(cluster: Cluster, every_s: float) -> Event:
-    """The first ``handler-start`` of a slot due after every worker was ready (all of them claimed it)."""
-    ready = _ready_t(cluster)
-    return cluster.wait_event(
-        lambda e: e["event"] == "handler-start" and e["slot_ms"] > ready and e["attempt"] == 1,
-        timeout=every_s + 5,
-        message="(the first slot after all workers were ready)",
-    )
-
-
-def _renewed(store: Store, job: str, slot_ms: int, lease_ms: int) -> Run:
-    """Wait until a heartbeat renewed the run's lease (the runner is alive mid-run); the run."""
-
-    def renewed() -> Optional[Run]:
-        run = store.get_run(job, slot_ms)
-        return run if run is not None and run.lease_end_ms > run.started_ms + lease_ms else None
-
-    return wait_for(
-        renewed,
-        timeout=3,
-        message=f"no heartbeat renewed the lease of slot {slot_ms}",
-    )
 
 
 def _freeze_between_heartbeats(victim: Worker, store: Store, backend: Any, job: str, slot_ms: int) -> None:
@@ -118,10 +92,10 @@ def test_sigkill_mid_run_backup_takes_over(cluster: Cluster, process_backend: An
     """SIGKILL of a runner mid-run: another process runs attempt 2 within lease_ms + 2 × heartbeat_ms."""
     every = 3.0
     cluster.start_many(NAMES, every=every, work=1.5, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS)
-    first = _first_run(cluster, every)
+    first = first_run(cluster, every)
     slot, victim = first["slot_ms"], cluster.workers[first["runner"]]
     store = process_backend.open()
-    _renewed(store, cluster.job, slot, LEASE_MS)
+    renewed_run(store, cluster.job, slot, LEASE_MS)
 
     killed_at = victim.kill()
     assert victim.wait_exit(5) == -signal.SIGKILL
@@ -151,7 +125,7 @@ def test_sigstop_past_the_lease_is_fenced(cluster: Cluster, process_backend: Any
     """SIGSTOP past the lease, then SIGCONT: a backup ran attempt 2, the frozen runner is lost and fenced."""
     every = 5.0
     cluster.start_many(NAMES, every=every, work=3.0, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS, probe_finish=True)
-    first = _first_run(cluster, every)
+    first = first_run(cluster, every)
     slot, victim = first["slot_ms"], cluster.workers[first["runner"]]
     store = process_backend.open()
     _freeze_between_heartbeats(victim, store, process_backend, cluster.job, slot)
@@ -194,10 +168,10 @@ def test_sigterm_hands_the_run_over(cluster: Cluster, process_backend: Any) -> N
     # A long lease: a takeover within 2 heartbeats of the hand-over can only come from the release.
     lease_ms = 3_000
     cluster.start_many(NAMES, every=every, work=1.5, lease_ms=lease_ms, heartbeat_ms=HEARTBEAT_MS)
-    first = _first_run(cluster, every)
+    first = first_run(cluster, every)
     slot, victim = first["slot_ms"], cluster.workers[first["runner"]]
     store = process_backend.open()
-    _renewed(store, cluster.job, slot, lease_ms)
+    renewed_run(store, cluster.job, slot, lease_ms)
 
     victim.send(signal.SIGTERM)
     aborted = cluster.wait_for(event="aborted", slot_ms=slot, runner=victim.runner, timeout=5)
@@ -233,7 +207,7 @@ def test_every_slot_runs_exactly_once(cluster: Cluster, process_backend: Any) ->
     workers = cluster.start_many(
         NAMES, every=every_ms / 1000, work=0.2, lease_ms=1_000, heartbeat_ms=HEARTBEAT_MS, jitter_ms=200
     )
-    ready = _ready_t(cluster)
+    ready = ready_t(cluster)
     # The first slot after every worker was ready (with room for a worker's boot to plan it).
     first = ((ready + 100) // every_ms + 1) * every_ms
     wanted = [first + i * every_ms for i in range(slots)]
@@ -287,7 +261,7 @@ def _stop_while_a_heartbeat_waits(cluster: Cluster, backend: Any, runner: str, j
     )
     slot = first["slot_ms"]
     store = backend.open()
-    _renewed(store, job, slot, lease_ms)
+    renewed_run(store, job, slot, lease_ms)
 
     with store_write_lock(backend):
         # Heartbeats go out every interval and none can complete while the lock
