@@ -235,7 +235,8 @@ class RedisStore(Store):
             request.reason, request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap,
             request.history_size, fresh,
         )  # fmt: skip
-        outcome, at, raw, first, requested_by, request_state = reply
+        outcome, at, raw = reply[:3]
+        first, requested_by, request_state = reply[3:] if len(reply) > 3 else (0, None, None)
         if first == 1:  # the job's first stored run: make sure jobs() lists it
             try:
                 self._register(job, again=True)

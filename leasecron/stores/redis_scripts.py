@@ -12,6 +12,7 @@ stored was tampered with.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -54,20 +55,23 @@ SCRIPT_KEYS = {
 }
 
 
-def _tag(prefix: str, job: str) -> str:
-    return f"{prefix}:{{{quote(job, safe=_SAFE)}}}"
+@functools.lru_cache(maxsize=4096)  # every call of a script names its job's keys: built once per job
+def _all_keys(prefix: str, job: str) -> Tuple[str, str, str, str, str, str]:
+    """The six keys of ``job`` in one hash tag: runs, slots, running, finished, paused, requests."""
+    tag = f"{prefix}:{{{quote(job, safe=_SAFE)}}}"
+    return f"{tag}:runs", f"{tag}:slots", f"{tag}:running", f"{tag}:finished", f"{tag}:paused", f"{tag}:requests"
 
 
 def job_keys(prefix: str, job: str) -> Tuple[str, str, str, str]:
     """The four keys of ``job``'s runs (runs, slots, running, finished), in one hash tag."""
-    tag = _tag(prefix, job)
-    return f"{tag}:runs", f"{tag}:slots", f"{tag}:running", f"{tag}:finished"
+    runs, slots, running, finished = _all_keys(prefix, job)[:4]
+    return runs, slots, running, finished
 
 
 def control_keys(prefix: str, job: str) -> Tuple[str, str]:
     """The two keys of ``job``'s controls (paused, requests), in the hash tag of its runs."""
-    tag = _tag(prefix, job)
-    return f"{tag}:paused", f"{tag}:requests"
+    paused, requests = _all_keys(prefix, job)[4:]
+    return paused, requests
 
 
 class Script:
@@ -83,7 +87,7 @@ class Script:
 
     def job_keys(self, prefix: str, job: str) -> Tuple[str, ...]:
         """The keys of ``job`` this script takes."""
-        return (job_keys(prefix, job) + control_keys(prefix, job))[: self.keys]
+        return _all_keys(prefix, job)[: self.keys]
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Union[str, int]]) -> Any:
         redis = require("redis", extra="redis", store="RedisStore")

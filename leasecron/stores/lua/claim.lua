@@ -13,7 +13,9 @@
 -- ARGV[9] history_size  finished runs to keep
 -- ARGV[10] fresh        a new random token, for a next attempt when ARGV[2]
 --                       is the token of the attempt it replaces
--- Returns: {outcome, slot_ms, run JSON, first, requested_by, state}. outcome
+-- Returns: {outcome, slot_ms, run JSON, first, requested_by, state}, or only
+-- its first three items when the others would be 0, nil, nil (most claims:
+-- a shorter reply is cheaper to send and to read). outcome
 -- is one of won, running, overlap, late, early, done, none, paused; slot_ms
 -- and run JSON are nil when the answer carries no run; first is 1 when the
 -- claim stored the job's first run (the caller then adds the job to the jobs
@@ -39,6 +41,9 @@ local requested_by = false
 local request_state = false
 
 local function answer(outcome, at, raw)
+  if first == 0 and not requested_by then
+    return {outcome, at or false, raw or false}
+  end
   return {outcome, at or false, raw or false, first, requested_by, request_state}
 end
 
