@@ -236,7 +236,7 @@ class RedisStore(Store):
             request.history_size, fresh,
         )  # fmt: skip
         outcome, at, raw = reply[:3]
-        first, requested_by, request_state = reply[3:] if len(reply) > 3 else (0, None, None)
+        first, requested_by, request_state = reply[3:] if len(reply) > 3 else (0, None, "")
         if first == 1:  # the job's first stored run: make sure jobs() lists it
             try:
                 self._register(job, again=True)
