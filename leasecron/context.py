@@ -11,16 +11,18 @@ from typing import Callable, List, Optional
 from .errors import Aborted
 from .states import AbortReason
 
-__all__ = ["Context", "Signal", "LOST", "STOP"]
+__all__ = ["Context", "Signal", "LOST", "STOP", "TIMEOUT"]
 
 #: ``Signal.reason`` when the lease was lost (fenced, or not renewable).
 LOST = AbortReason.LOST
 #: ``Signal.reason`` when the instance is stopping.
 STOP = AbortReason.STOP
+#: ``Signal.reason`` when the attempt ran for the job's ``timeout_ms``.
+TIMEOUT = AbortReason.TIMEOUT
 
 
 class Signal(threading.Event):
-    """Set when the run must stop: ``reason`` says why (``"lost"`` or ``"stop"``).
+    """Set when the run must stop: ``reason`` says why (``"lost"``, ``"stop"`` or ``"timeout"``).
 
     A ``threading.Event``: a handler may ``wait(timeout)`` on it instead of
     sleeping, and wakes at once when the run is aborted.
@@ -39,7 +41,7 @@ class Signal(threading.Event):
 
     @property
     def reason(self) -> Optional[str]:
-        """``"lost"`` or ``"stop"`` once aborted, else ``None``."""
+        """``"lost"``, ``"stop"`` or ``"timeout"`` once aborted, else ``None``."""
         return self._reason
 
     def abort(self, reason: str) -> bool:
@@ -88,6 +90,9 @@ class Context:
     asked for with :meth:`~leasecron.LeaseCron.trigger`, whose slot is the
     store's time of the request). ``token`` is the
     attempt's fencing token: pass it to a side effect that can check it.
+    ``try_number`` counts the calls of the handler within this attempt, from
+    1: a job with ``retries`` calls it again after it raised
+    (:mod:`leasecron.tries`); every try has the same attempt, token and signal.
     """
 
     job: str
@@ -98,3 +103,4 @@ class Context:
     runner: str
     reason: str
     signal: Signal
+    try_number: int = 1

@@ -6,7 +6,10 @@ type     when                                                    ``reason``
 start    this instance starts an attempt                         schedule, catch-up,
                                                                  takeover, manual
 success  the handler returned and the finish was recorded
-failed   the handler raised; recorded as failed (``error``)
+failed   the handler raised, or the attempt ran past its        timeout
+         ``timeout_ms``; recorded as failed (``error``)
+retry    a try of the handler raised and another try follows
+         (``error``: the try's; ``try_number``: which try)
 skip     a claim was refused                                     overlap, late, early,
                                                                  paused
 lost     the lease was lost: fenced by a newer attempt, or not   fenced, unrenewed
@@ -46,12 +49,16 @@ INFO      ``won`` (schedule, catch-up, manual), ``took over`` (takeover),
           ``resume`` and ``trigger``); ``removed`` (``remove_job``);
           starting and stopping
 WARNING   ``lost`` (the instance was fenced or could not renew: it stops the
-          handler, and a backup runs the slot again); ``abandoned``; a
+          handler, and a backup runs the slot again); ``abandoned``;
+          ``retrying`` (a try of the handler raised and another follows,
+          with the try's traceback); ``timed out`` (the attempt ran for its
+          ``timeout_ms``: its signal is aborted); a
           heartbeat that failed and is retried; the start-up retried;
           ``expired`` (a manual claim came after its request expired); the
           first failed poll for requests of manual runs (the next ones
           until one works: DEBUG)
-ERROR     ``failed`` (with the handler's traceback); a claim that failed;
+ERROR     ``failed`` (with the handler's traceback; after a timeout, with
+          ``timed out after N ms``); a claim that failed;
           a callback or task that raised (with its traceback)
 ========  ===================================================================
 
@@ -76,13 +83,15 @@ __all__ = ["Event", "EVENT_TYPES", "Emitter", "log", "error_text", "slot_text", 
 
 log = logging.getLogger("leasecron")
 
-EVENT_TYPES = ("start", "success", "failed", "skip", "lost", "handover", "error")
+EVENT_TYPES = ("start", "success", "failed", "skip", "lost", "handover", "error", "retry")
 _MAX_ERROR_CHARS = 4_000
 
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """Something that happened to a run on this instance."""
+    """Something that happened to a run on this instance. ``try_number``: for ``retry``, the try
+    that failed; for ``success``, ``failed`` and ``handover``, the last try that began (None for
+    the other events)."""
 
     type: str
     job: Optional[str]
@@ -93,6 +102,7 @@ class Event:
     error: Optional[str] = None
     run: Optional[Run] = None
     slot_ms: Optional[int] = None
+    try_number: Optional[int] = None
 
 
 Callback = Callable[[Event], object]
@@ -130,6 +140,7 @@ class Emitter:
         reason: Optional[str] = None,
         error: Optional[str] = None,
         run: Optional[Run] = None,
+        try_number: Optional[int] = None,
     ) -> Event:
         """Build the event and call its callbacks, in this thread."""
         event = Event(
@@ -142,6 +153,7 @@ class Emitter:
             error=error,
             run=run,
             slot_ms=slot_ms,
+            try_number=try_number,
         )
         with self._lock:
             callbacks = list(self._callbacks[name])
@@ -152,9 +164,19 @@ class Emitter:
                 log.exception("leasecron: %s callback %r failed (ignored)", name, callback)
         return event
 
-    def emit_run(self, name: str, run: Run, *, reason: Optional[str] = None, error: Optional[str] = None) -> Event:
+    def emit_run(
+        self,
+        name: str,
+        run: Run,
+        *,
+        reason: Optional[str] = None,
+        error: Optional[str] = None,
+        try_number: Optional[int] = None,
+    ) -> Event:
         """Emit an event about ``run``: its job, slot and attempt."""
-        return self.emit(name, run.job, run.slot_ms, attempt=run.attempt, reason=reason, error=error, run=run)
+        return self.emit(
+            name, run.job, run.slot_ms, attempt=run.attempt, reason=reason, error=error, run=run, try_number=try_number
+        )
 
 
 def error_text(exc: BaseException) -> str:

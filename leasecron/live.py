@@ -7,11 +7,14 @@ emits an event about it, the host's monotonic clock, and a callback told
 when it ended). It knows nothing of the engine that made it.
 
 Both threads are the instance's workers (:class:`~leasecron.workers.Workers`),
-reused from run to run. The run thread calls the handler
-(:mod:`leasecron.handlers`: a coroutine runs in an event loop of its own)
-and then records the end: ``finish(success)`` when it returned,
-``finish(failed)`` when it raised, ``release`` (a hand-over) when it raised
-after ``stop()`` aborted its signal.
+reused from run to run. The run thread calls the handler, once or, with
+``retries``, until a try returns (:mod:`leasecron.tries`; a coroutine runs
+in an event loop of its own: :mod:`leasecron.handlers`), and then records
+the end: ``finish(success)`` when it returned, ``finish(failed)`` when it
+raised, ``release`` (a hand-over) when it raised after ``stop()`` aborted
+its signal, and ``finish(failed)`` with ``timed out after N ms`` once the
+attempt ran for the job's ``timeout_ms`` (the timers abort the signal with
+reason ``"timeout"`` then; the heartbeats go on until the handler returns).
 
 The heartbeat loop starts once the run has lasted ``heartbeat_ms`` (the
 timers start it then, also while ``stop()`` waits for the handlers), so a
@@ -42,12 +45,12 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 from .context import Context, Signal
 from .errors import Aborted
 from .events import SlotText, error_text, log
-from .handlers import call_handler
 from .jobs import Job
 from .retry import call_until
 from .runs import Run
 from .states import AbortReason, LiveState, LostCause, Status
 from .stores.base import Store
+from .tries import Tries, timed_out_text
 
 __all__ = ["LiveRun", "RunSupport", "Timers", "Threads", "EmitRunEvent", "FENCED", "UNRENEWED"]
 
@@ -75,7 +78,15 @@ class Threads(Protocol):
 class EmitRunEvent(Protocol):
     """Emits an event about a run (:meth:`leasecron.events.Emitter.emit_run`)."""
 
-    def __call__(self, name: str, run: Run, *, reason: Optional[str] = None, error: Optional[str] = None) -> object:
+    def __call__(
+        self,
+        name: str,
+        run: Run,
+        *,
+        reason: Optional[str] = None,
+        error: Optional[str] = None,
+        try_number: Optional[int] = None,
+    ) -> object:
         """Emit the event ``name`` about ``run``."""
 
 
@@ -116,6 +127,8 @@ class LiveRun:
             reason=run.reason,
             signal=self.signal,
         )
+        self._tries = Tries(job, self.context, self._retrying)
+        self._returned = False  # the handler's last try returned or raised
         self.ended = threading.Event()
         #: How the log names this run: job, slot, attempt, runner.
         self._ids = (run.job, SlotText(run.slot_ms), run.attempt, run.runner)
@@ -153,12 +166,17 @@ class LiveRun:
     # -- the run thread --------------------------------------------------------
 
     def _execute(self) -> None:
-        self._began = self._support.monotonic()  # for the log: how long the handler took
+        self._began = self._support.monotonic()  # for the log, and the timeout: when the first try began
+        timeout_ms = self.job.options.timeout_ms
+        if timeout_ms is not None:
+            self._support.timers.call_at_monotonic(self._began + timeout_ms / 1000, self._at_timeout)
         error: Optional[BaseException] = None
         try:
-            call_handler(self.job.func, self.job.takes_context, self.context)
+            self._tries.run()
         except BaseException as exc:  # noqa: BLE001 - every handler failure is recorded
             error = exc
+        with self._lock:
+            self._returned = True  # a timeout due from now on finds the handler done: no abort
         try:
             self._conclude(error)
         finally:
@@ -186,7 +204,14 @@ class LiveRun:
         store, run = self._support.store, self.run
         finish = functools.partial(store.finish, run.job, run.slot_ms, run.token)
         took = self._support.monotonic() - self._began
-        if error is not None and self.signal.reason == AbortReason.STOP:
+        reason = None
+        if self.signal.reason == AbortReason.TIMEOUT:  # whatever the handler did after the limit
+            assert self.job.options.timeout_ms is not None
+            text, reason = timed_out_text(self.job.options.timeout_ms), AbortReason.TIMEOUT
+            log.error("leasecron: failed job %r slot %s attempt %d runner %r after %.3f s: %s", *self._ids, took, text)
+            done = self._record_end(lambda: finish(Status.FAILED, text), Status.FAILED)
+            event = "failed"
+        elif error is not None and self.signal.reason == AbortReason.STOP:
             log.debug("leasecron: handing over job %r slot %s attempt %d runner %r: %s", *self._ids, error_text(error))
             done = self._record_end(lambda: store.release(run.job, run.slot_ms, run.token), "released")
             event, text = "handover", None
@@ -220,7 +245,34 @@ class LiveRun:
                     *self._ids,
                     took,
                 )
-            self._support.emit(event, run, error=text)
+            self._support.emit(event, run, error=text, reason=reason, try_number=self._tries.number)
+
+    def _retrying(self, number: int, error: BaseException, wait_s: float) -> None:
+        """A try failed and another follows after ``wait_s``: log it and emit ``retry``."""
+        text = error_text(error)
+        log.warning(
+            "leasecron: retrying job %r slot %s attempt %d runner %r (try %d of %d failed; next in %.3f s): %s",
+            *self._ids,
+            number,
+            self.job.options.retries + 1,
+            wait_s,
+            text,
+            exc_info=error,
+        )
+        self._support.emit("retry", self.run, error=text, try_number=number)
+
+    def _at_timeout(self) -> None:
+        """The attempt ran for ``timeout_ms``: abort the signal (reason ``"timeout"``) if the handler
+        still runs. The lease stays renewed until it returns: no second runner starts meanwhile."""
+        with self._lock:
+            if self._state != LiveState.RUNNING or self._returned or not self.signal.abort(AbortReason.TIMEOUT):
+                return
+        log.warning(
+            "leasecron: timed out job %r slot %s attempt %d runner %r: ran for timeout_ms (%d ms); the handler is"
+            " asked to stop, and its lease is renewed until it returns",
+            *self._ids,
+            self.job.options.timeout_ms,
+        )
 
     def _record_end(self, call: Callable[[], bool], status: str) -> bool:
         """Finish or release; retried until the local deadline. False means the run is lost."""

@@ -10,6 +10,12 @@ that no heartbeat would do, and the error blames the lease. A bad value raises
 :class:`~leasecron.ConfigError` naming the job and the option, at registration;
 the defaults given to ``LeaseCron`` are checked together, as one job would use
 them, when it is built, and the error names ``LeaseCron``.
+
+``timeout_ms`` (default ``None``: no limit) is a whole number of ms, no less
+than the job's heartbeat: a limit shorter than one heartbeat could end a
+run before its lease was ever renewed, which is no limit a cluster could
+keep. ``retries`` (default 0) and ``retry_delay_ms`` (default 1 000) are
+whole numbers from 0; see :mod:`leasecron.tries` for what they do.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ DEFAULTS: Dict[str, Any] = {
     "jitter_ms": 1_000,
     "history_size": 100,
     "tz": "UTC",
+    "timeout_ms": None,
+    "retries": 0,
+    "retry_delay_ms": 1_000,
 }
 OPTION_NAMES = tuple(DEFAULTS)
 
@@ -46,7 +55,12 @@ _MINIMUM = {
     "max_late_ms": 0,
     "jitter_ms": 0,
     "history_size": 0,
+    "timeout_ms": 1,
+    "retries": 0,
+    "retry_delay_ms": 0,
 }
+#: The options whose ``None`` is a value of its own (heartbeat_ms: derived; timeout_ms: no limit).
+_NONE_ALLOWED = ("heartbeat_ms", "timeout_ms")
 # name -> why a value under its minimum is too small, where the minimum is not obvious.
 _TOO_SMALL = {
     "lease_ms": "too short for a heartbeat: heartbeat_ms, at least 1, must stay under half of it",
@@ -66,6 +80,9 @@ class JobOptions:
     jitter_ms: int
     history_size: int
     tz: str
+    timeout_ms: Optional[int] = None
+    retries: int = 0
+    retry_delay_ms: int = 1_000
 
 
 def _describe(job: Optional[str]) -> str:
@@ -77,7 +94,7 @@ def check_option(name: str, value: Any, job: Optional[str] = None) -> None:
     where = _describe(job)
     if name not in DEFAULTS:
         raise ConfigError(f"{where}: unknown option {name!r}; known: {', '.join(OPTION_NAMES)}")
-    if value is None and name == "heartbeat_ms":
+    if value is None and name in _NONE_ALLOWED:
         return
     if name in _MINIMUM:
         minimum = _MINIMUM[name]
@@ -116,6 +133,13 @@ def resolve_options(
         raise ConfigError(
             f"{_describe(job)}: heartbeat_ms ({heartbeat}{_origin('heartbeat_ms', defaults, overrides, job)})"
             f" must be under half of lease_ms ({lease}{_origin('lease_ms', defaults, overrides, job)})"
+        )
+    timeout = values["timeout_ms"]
+    if timeout is not None and timeout < heartbeat:
+        raise ConfigError(
+            f"{_describe(job)}: timeout_ms ({timeout}{_origin('timeout_ms', defaults, overrides, job)})"
+            f" must be at least heartbeat_ms ({heartbeat}{_origin('heartbeat_ms', defaults, overrides, job)}):"
+            " a shorter limit would end a run before its lease was ever renewed"
         )
     return JobOptions(**values)
 

@@ -113,10 +113,12 @@ class RequestState(StrEnum):
 
 
 class AbortReason(StrEnum):
-    """``Signal.reason``: the lease was lost, or the instance is stopping."""
+    """``Signal.reason``: the lease was lost, the instance is stopping, or the attempt ran for
+    the job's ``timeout_ms``."""
 
     LOST = "lost"
     STOP = "stop"
+    TIMEOUT = "timeout"
 
 
 class LostCause(StrEnum):

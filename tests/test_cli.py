@@ -161,7 +161,7 @@ def alpha():
     pass
 
 
-@cron.job(90, name="tick")
+@cron.job(90, name="tick", timeout_ms=600_000, retries=3, retry_delay_ms=2_000)
 def tick():
     pass
 """
@@ -203,12 +203,18 @@ def test_jobs_last_run_and_next_slot(store_name: str, tmp_path: Path) -> None:
             assert (tick["schedule"], tick["runs"], tick["last slot (UTC)"]) == ("every 1m 30s", "0", "never")
             assert tick["next slot (UTC)"] in (utc_time(next_tick), utc_time(next_tick + 90_000))
             assert "the store holds no schedules" not in result.stdout
+            limits = result.stdout.split("Time limits and retries (from the app):\n")[1].splitlines()[0]
+            assert limits == "  tick  timeout 10m 00s; retries 3, first wait 2.0 s, doubled after each try"
 
         listed = json.loads(cli("jobs", "--app", "opsmod:cron", "--json", cwd=tmp_path, env=env).stdout)
         assert [(j["job"], j["registered"], j["schedule"], j["stored_runs"]) for j in listed] == [
             ("alpha", True, "0 0 1 1 *", 3), ("beta", False, None, 1), ("tick", True, "every 1m 30s", 0)]
         assert listed[0]["last_run"] == store.get_run("alpha", third).to_dict()
         assert listed[0]["next_slot"] == f"{year}-01-01T00:00:00+00:00" and listed[2]["last_run"] is None
+        assert (listed[0]["options"]["timeout_ms"], listed[0]["options"]["retries"]) == (None, 0)
+        assert {k: listed[2]["options"][k] for k in ("timeout_ms", "retries", "retry_delay_ms")} == {
+            "timeout_ms": 600_000, "retries": 3, "retry_delay_ms": 2_000}
+        assert listed[1]["options"] is None  # not in the app
     finally:
         backend.close()
 

@@ -178,6 +178,7 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
                 next_ms=job.schedule.next_after(now_ms) if job else None,
                 registered=job is not None,
                 state=states.get(name),
+                options=job.options if job else None,
             )
         )
     if as_json:

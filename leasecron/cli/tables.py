@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Dict, List, Optional, Sequence
 
 from ..controls import JobState, ManualRequest
+from ..options import JobOptions
 from ..runs import RUNNING, Run
 from ..schedules import CronSchedule, IntervalSchedule, Schedule
 
@@ -195,7 +196,8 @@ class JobRow:
     ``schedule`` and ``next_ms`` are known only for a job of the application
     given with ``--app`` (the store holds no schedules); ``stored`` counts the
     stored runs, and ``capped`` says the count stopped there (there are more).
-    ``state`` is the job's pause and requests, for a job that has either.
+    ``state`` is the job's pause and requests, for a job that has either;
+    ``options`` the job's options, for a job of the application.
     """
 
     name: str
@@ -206,6 +208,7 @@ class JobRow:
     next_ms: Optional[int] = None
     registered: bool = False
     state: Optional[JobState] = None
+    options: Optional[JobOptions] = None
 
 
 JOBS_HEADERS = [
@@ -245,7 +248,7 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
         )
     lines = format_table(JOBS_HEADERS, cells, align="lllr") + state_lines(
         [row.state for row in rows if row.state is not None], now_ms
-    )
+    ) + limit_lines(rows)
     lines.append("")
     lines.append(f"{len(rows)} job(s) in {where}; 'runs' counts the runs the store keeps (history_size per job)")
     if not with_app:
@@ -271,6 +274,24 @@ def state_lines(states: Sequence[JobState], now_ms: int) -> List[str]:
     if pending:
         lines += ["", "Pending manual runs (an instance with the job claims each within its poll_ms):"]
         lines += [f"  {request.job.ljust(width)}  {request_line(request, now_ms)}" for request in pending]
+    return lines
+
+
+def limit_lines(rows: Sequence[JobRow]) -> List[str]:
+    """Under the ``jobs`` table (with ``--app``): each job's time limit and retries, for the jobs
+    that have either (none has: no line)."""
+    limited = [(row.name, row.options) for row in rows if row.options is not None]
+    limited = [(name, o) for name, o in limited if o.timeout_ms is not None or o.retries > 0]
+    if not limited:
+        return []
+    width = max(len(name) for name, _ in limited)
+    lines = ["", "Time limits and retries (from the app):"]
+    for name, options in limited:
+        timeout = "none" if options.timeout_ms is None else format_duration(options.timeout_ms)
+        retries = f"retries {options.retries}"
+        if options.retries:
+            retries += f", first wait {format_duration(options.retry_delay_ms)}, doubled after each try"
+        lines.append(f"  {name.ljust(width)}  timeout {timeout}; {retries}")
     return lines
 
 
@@ -314,4 +335,5 @@ def job_dict(row: JobRow) -> Dict[str, object]:
         "paused_ms": state.paused_ms,
         "note": state.note,
         "requests": [request.to_dict() for request in state.requests],
+        "options": dataclasses.asdict(row.options) if row.options is not None else None,
     }

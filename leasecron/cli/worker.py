@@ -7,10 +7,11 @@ stdout for every event, so a parent process can follow it:
 
 * ``{"event": "ready"}`` once started;
 * the instance's events (``start``, ``success``, ``failed``, ``skip``,
-  ``lost``, ``handover``, ``error``) with job, slot_ms, attempt, reason,
-  error, token;
+  ``lost``, ``handover``, ``error``, ``retry``) with job, slot_ms, attempt,
+  reason, error, token, try_number;
 * ``handler-start`` / ``handler-end`` / ``aborted`` (with the signal's
-  reason) from inside the handler;
+  reason) from inside the handler, with its try_number; ``handler-raise``
+  when ``--fail-tries N`` makes a try (one of the first N) raise;
 * with ``--probe-finish``, after ``lost``: ``probe-finish`` with the store's
   answer to a finish sent with the lost attempt's token (fencing says no).
 
@@ -68,6 +69,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--stop-timeout-ms", type=int, default=5_000)
     p.add_argument("--poll-ms", type=int, default=1_000, help="how often to poll for manual runs (default: 1000)")
     p.add_argument("--history-size", type=int, default=100, help="finished runs the store keeps (default: 100)")
+    p.add_argument("--timeout-ms", type=int, default=None, help="the job's timeout_ms (default: none)")
+    p.add_argument("--retries", type=int, default=0, help="the job's retries (default: 0)")
+    p.add_argument("--retry-delay-ms", type=int, default=1_000, help="the job's retry_delay_ms (default: 1000)")
+    p.add_argument("--fail-tries", type=int, default=0, help="the handler raises in its first N tries (default: 0)")
     p.add_argument("--ignore-abort", action="store_true", help="the handler ignores its signal")
     p.add_argument("--probe-finish", action="store_true", help="after lost, try a finish with the old token")
     args = p.parse_args(argv)
@@ -92,17 +97,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         stop_timeout_ms=args.stop_timeout_ms,
         history_size=args.history_size,
         poll_ms=args.poll_ms,
+        timeout_ms=args.timeout_ms,
+        retries=args.retries,
+        retry_delay_ms=args.retry_delay_ms,
     )
     runner = args.runner
 
     def handler(ctx: Context) -> None:
-        emit(runner, "handler-start", job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt, token=ctx.token)
+        ids = {"job": ctx.job, "slot_ms": ctx.slot_ms, "attempt": ctx.attempt, "try_number": ctx.try_number}
+        emit(runner, "handler-start", token=ctx.token, **ids)
         if args.ignore_abort:
             time.sleep(args.work)
         elif ctx.signal.wait(args.work):
-            emit(runner, "aborted", job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt, reason=ctx.signal.reason)
+            emit(runner, "aborted", reason=ctx.signal.reason, **ids)
             raise Aborted(ctx.signal.reason or "aborted")
-        emit(runner, "handler-end", job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt, token=ctx.token)
+        if ctx.try_number <= args.fail_tries:
+            emit(runner, "handler-raise", **ids)
+            raise RuntimeError(f"try {ctx.try_number} fails (--fail-tries {args.fail_tries})")
+        emit(runner, "handler-end", token=ctx.token, **ids)
 
     cron.add_job(handler, args.every, name=args.job)
 
@@ -117,6 +129,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             reason=event.reason,
             error=event.error,
             token=None if run is None else run.token,
+            try_number=event.try_number,
         )
         if event.type == "lost" and args.probe_finish and run is not None:
             accepted = store.finish(run.job, run.slot_ms, run.token, Status.SUCCESS)

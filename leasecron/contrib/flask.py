@@ -45,6 +45,9 @@ key                            default     meaning
 ``LEASECRON_JITTER_MS``        1000        random delay before a claim
 ``LEASECRON_HISTORY_SIZE``     100         finished runs kept per job
 ``LEASECRON_TZ``               ``"UTC"``   time zone of the cron strings
+``LEASECRON_TIMEOUT_MS``       ``None``    a run's time limit (``None``: none), from its start
+``LEASECRON_RETRIES``          0           more tries of a handler that raised, same lease
+``LEASECRON_RETRY_DELAY_MS``   1000        the first wait between tries, doubled after each
 ``LEASECRON_STOP_TIMEOUT_MS``  10000       how long ``stop()`` waits for running handlers
 ``LEASECRON_CLAIM_THREADS``    4           threads that send claims
 ``LEASECRON_POLL_MS``          1000        how often to look for manual runs (trigger)

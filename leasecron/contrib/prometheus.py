@@ -52,6 +52,11 @@ metric                            type      labels             what
 ``leasecron_manual_runs_total``   counter   job                manual runs (``cron.trigger``) this instance
                                                                started: its ``start`` events with reason
                                                                ``manual``
+``leasecron_retries_total``       counter   job                failed tries of a handler that another try
+                                                               followed (``retries``): its ``retry`` events
+``leasecron_timeouts_total``      counter   job                attempts that ran for their ``timeout_ms``:
+                                                               its ``failed`` events with reason ``timeout``
+                                                               (also counted in ``runs_total{outcome=failed}``)
 ================================= ========= ================== =============================================
 
 **Takeover delay** is measured on the store's clock, for each takeover this
@@ -95,6 +100,7 @@ from ..errors import ConfigError
 from ..events import Event, log
 from ..live import FENCED, UNRENEWED
 from ..runs import OUTCOMES, Claim, Outcome, Reason, Run
+from ..states import AbortReason
 from ..stores import ClaimRequest, DelegatingStore, Store
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -141,7 +147,7 @@ class Metrics:
     """The leasecron metrics of one registry and namespace; :meth:`instrument` adds an instance.
 
     The collectors are public attributes (``runs``, ``claims``,
-    ``claim_seconds``, ``lease_lost``, ``takeover_delay``, ``manual_runs``)
+    ``claim_seconds``, ``lease_lost``, ``takeover_delay``, ``manual_runs``, ``retries``, ``timeouts``)
     for tests and custom dashboards. Creating a second ``Metrics`` for the same registry
     and namespace fails as prometheus_client does (duplicated timeseries):
     use :func:`instrument`, which reuses the first.
@@ -184,6 +190,14 @@ class Metrics:
             "manual_runs", "Manual runs (trigger) this instance started.", ["job"],
             namespace=namespace, registry=registry,
         )  # fmt: skip
+        self.retries = Counter(
+            "retries", "Failed tries of a handler that another try followed (retries).", ["job"],
+            namespace=namespace, registry=registry,
+        )  # fmt: skip
+        self.timeouts = Counter(
+            "timeouts", "Attempts that ran for their timeout_ms (then recorded failed).", ["job"],
+            namespace=namespace, registry=registry,
+        )  # fmt: skip
         self._gauges = _Gauges(namespace)
         registry.register(self._gauges)
         self._lock = threading.Lock()
@@ -209,6 +223,7 @@ class Metrics:
             cron.on(name, self._on_end)
         cron.on("lost", self._on_lost)
         cron.on("start", self._on_start)
+        cron.on("retry", self._on_retry)
         cron.store = _MeteredStore(cron.store, self)
         self._gauges.add(cron)
 
@@ -227,12 +242,20 @@ class Metrics:
         self.claim_seconds.labels(job)
         self.takeover_delay.labels(job)
         self.manual_runs.labels(job)
+        self.retries.labels(job)
+        self.timeouts.labels(job)
 
     # -- from the events ---------------------------------------------------------------
 
     def _on_end(self, event: Event) -> None:
         if event.job is not None:
             self.runs.labels(event.job, event.type).inc()
+            if event.type == "failed" and event.reason == AbortReason.TIMEOUT:
+                self.timeouts.labels(event.job).inc()
+
+    def _on_retry(self, event: Event) -> None:
+        if event.job is not None:
+            self.retries.labels(event.job).inc()
 
     def _on_lost(self, event: Event) -> None:
         if event.job is not None:

@@ -102,9 +102,11 @@ def test_the_longest_interval_is_accepted(cron: LeaseCron) -> None:
 @pytest.mark.parametrize("value", [2**60, 2**50 + 1, "1000", 1000.0, True, False, None, [1000]])
 def test_absurd_or_mistyped_integer_options_are_refused_on_jobs(cron: LeaseCron, option: str, value: Any) -> None:
     """Every integer option refuses 2**60, a string, a float, a bool, None and a list on a job:
-    ConfigError naming the job and the option (heartbeat_ms alone may be None: derived)."""
-    if option == "heartbeat_ms" and value is None:
-        cron.add_job(lambda: None, 60, name="the-job", heartbeat_ms=None)
+    ConfigError naming the job and the option (heartbeat_ms alone may be None: derived, and
+    timeout_ms: no limit)."""
+    if option in ("heartbeat_ms", "timeout_ms") and value is None:
+        job = cron.add_job(lambda: None, 60, name="the-job", **{option: None})
+        assert job.options.heartbeat_ms > 0 and job.options.timeout_ms is None
         return
     assert option in _refused(cron, 60, **{option: value})
 
@@ -138,7 +140,7 @@ def test_a_lease_no_heartbeat_fits_is_blamed_on_lease_ms(cron: LeaseCron, option
     assert "the-job': lease_ms must be >= 3" in _refused(cron, 60, **options)
 
 
-@pytest.mark.parametrize("name", ["lease", "leaseMs", "timeout_ms", "stop_timeout_ms", "runner", "claim_threads"])
+@pytest.mark.parametrize("name", ["lease", "leaseMs", "timeout", "stop_timeout_ms", "runner", "claim_threads"])
 def test_unknown_and_instance_only_options_are_refused_on_jobs(cron: LeaseCron, name: str) -> None:
     """A job option that does not exist (or exists on LeaseCron only) is a ConfigError listing the known ones."""
     message = _refused(cron, 60, **{name: 1})

@@ -146,6 +146,9 @@ def test_every_config_key_sets_its_option() -> None:
         "LEASECRON_STOP_TIMEOUT_MS": "2500",
         "LEASECRON_CLAIM_THREADS": 2,
         "LEASECRON_POLL_MS": "250",
+        "LEASECRON_TIMEOUT_MS": "60_000",
+        "LEASECRON_RETRIES": "2",
+        "LEASECRON_RETRY_DELAY_MS": 500,
     }
     assert set(values) | {"LEASECRON_STORE"} == set(CONFIG_KEYS)
     ext = LeaseCronExtension()
@@ -157,7 +160,8 @@ def test_every_config_key_sets_its_option() -> None:
     assert (cron.runner, cron.stop_timeout_ms, cron._claim_threads, cron.poll_ms) == ("runner-7", 2500, 2, 250)
     assert cron.jobs["j"].options == JobOptions(
         lease_ms=45_000, heartbeat_ms=4000, max_attempts=5, overlap="allow", catch_up_ms=0,
-        max_late_ms=7000, jitter_ms=250, history_size=12, tz="Europe/Paris",
+        max_late_ms=7000, jitter_ms=250, history_size=12, tz="Europe/Paris", timeout_ms=60_000, retries=2,
+        retry_delay_ms=500,
     )  # fmt: skip
 
 
@@ -187,6 +191,13 @@ def test_config_wins_over_constructor_options() -> None:
         ({"LEASECRON_STORE": 42}, "Flask config LEASECRON_STORE must be a store URL or a leasecron Store"),
         ({"LEASECRON_STOP_TIMEOUT_MS": -5}, "stop_timeout_ms must be an integer from 0"),
         ({"LEASECRON_POLL_MS": 0}, "poll_ms must be an integer from 1"),
+        ({"LEASECRON_RETRIES": -1}, "Flask config LEASECRON_RETRIES: retries must be >= 0"),
+        ({"LEASECRON_TIMEOUT_MS": "soon"}, "Flask config LEASECRON_TIMEOUT_MS must be an integer"),
+        (
+            {"LEASECRON_TIMEOUT_MS": 1000},
+            "leasecron settings of Flask app 'bad': timeout_ms (1000) must be at least heartbeat_ms (5000, the"
+            " default)",
+        ),
         (
             {"LEASECRON_HEARTBEAT_MS": 20_000},
             "leasecron settings of Flask app 'bad': heartbeat_ms (20000) must be under half of lease_ms"

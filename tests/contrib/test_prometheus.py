@@ -95,6 +95,32 @@ def test_success_and_failure_count_runs_claims_latency_and_live_runs(make_cron: 
     assert value(registry, "leasecron_claims_total", job="ok", reason="schedule", outcome="won") is None
 
 
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_retries_and_timeouts_are_counted(make_cron: MakeCron) -> None:
+    """retries_total counts the failed tries another followed (retry events); timeouts_total the
+    runs a timeout ended, which runs_total also counts as failed."""
+    registry = CollectorRegistry()
+    a = make_cron("a", catch_up_ms=CATCH_UP_HOUR)
+    rec = Recorder(a)
+
+    def flaky(ctx: Context) -> None:
+        if ctx.try_number < 3:
+            raise ValueError(f"try {ctx.try_number}")
+
+    a.add_job(flaky, HOURLY, name="flaky", retries=2, retry_delay_ms=10)
+    a.add_job(lambda ctx: ctx.signal.wait(10), HOURLY, name="slow", timeout_ms=200)
+    instrument(a, registry=registry)
+    a.start()
+    rec.wait("success", job="flaky")
+    rec.wait("failed", job="slow")
+    assert value(registry, "leasecron_retries_total", job="flaky") == 2
+    assert value(registry, "leasecron_retries_total", job="slow") == 0
+    assert value(registry, "leasecron_timeouts_total", job="slow") == 1
+    assert value(registry, "leasecron_timeouts_total", job="flaky") == 0
+    assert value(registry, "leasecron_runs_total", job="slow", outcome="failed") == 1
+    assert value(registry, "leasecron_runs_total", job="flaky", outcome="success") == 1
+
+
 @MEMORY_AND_SQLITE
 def test_takeover_delay_is_the_new_start_minus_the_lease_end_last_seen(backend: Backend) -> None:
     """Measured through the instrumented store, by hand: a takeover after a seen lease ran out is

@@ -37,7 +37,7 @@ HOUR_MS = HOURLY * 1000
 CATCH_UP_HOUR = 3_600_000 + 60_000
 #: max_late_ms for a test's own store claims of old slots (never refused as late).
 NEVER_LATE = 10**10
-EVENT_TYPES = ("start", "success", "failed", "skip", "lost", "handover", "error")
+EVENT_TYPES = ("start", "success", "failed", "skip", "lost", "handover", "error", "retry")
 
 
 class Recorder:

@@ -161,6 +161,10 @@ class Cluster:
         ignore_abort: bool = False,
         probe_finish: bool = False,
         job: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        retries: int = 0,
+        retry_delay_ms: int = 1_000,
+        fail_tries: int = 0,
     ) -> Worker:
         """Start one worker process (it prints ``ready`` once started); ``job`` defaults to the cluster's."""
         assert runner not in self.workers, runner
@@ -180,7 +184,12 @@ class Cluster:
             "--overlap", overlap,
             "--stop-timeout-ms", str(stop_timeout_ms),
             "--poll-ms", str(poll_ms),
+            "--retries", str(retries),
+            "--retry-delay-ms", str(retry_delay_ms),
+            "--fail-tries", str(fail_tries),
         ]  # fmt: skip
+        if timeout_ms is not None:
+            cmd += ["--timeout-ms", str(timeout_ms)]
         if ignore_abort:
             cmd.append("--ignore-abort")
         if probe_finish:

@@ -1,0 +1,120 @@
+"""The tries of one attempt: a handler called again when it raises, and the attempt's time limit.
+
+An *attempt* is what the store knows: one runner holding one lease (see
+:mod:`leasecron.live`). Within it, the instance that won it may call the
+handler more than once — its *tries* — without asking the store anything:
+
+* ``retries`` (default 0) more tries after a try that raised an
+  ``Exception``, each after a wait of ``retry_delay_ms`` doubled after each
+  try (1 s, 2 s, 4 s, ... by default), plus a random jitter of up to a
+  quarter of ``retry_delay_ms``, and at most :data:`MAX_WAIT_S` a wait
+  (:func:`retry_wait`; tenacity's ``Retrying`` runs the tries). ``ctx.try_number``
+  counts the tries from 1; each failed try that is followed by another
+  calls ``on_retry`` (the instance emits the ``retry`` event). The lease is
+  renewed all along, by the run's heartbeat loop, as while a handler runs:
+  no other runner can start the slot meanwhile.
+* No try follows once the run's signal was aborted: ``stop`` (the wait is cut
+  short and the run is handed over, its next attempt starting at try 1 on a
+  backup), ``lost`` (the run is no longer this instance's) or ``timeout``.
+  The error that ends the tries is the last try's (or :class:`Aborted`, when
+  the signal cut a wait short).
+* ``timeout_ms`` (default ``None``: no limit) counts from the first try's
+  start, waits included: when it passes, the live run aborts the signal with
+  reason ``"timeout"`` (:meth:`leasecron.live.LiveRun.start` sets the timer).
+  The handler is asked to stop, not killed: Python cannot stop a thread from
+  outside, so a handler that ignores its signal runs on, and keeps its lease
+  (the heartbeats go on until it returns), because a second runner must never
+  start while the first still runs. The run then ends ``failed`` with
+  ``timed out after N ms``, whatever the handler did after the limit.
+
+With ``retries`` 0 (the default) the handler is called once, with no
+tenacity machinery in the way, exactly as before there were retries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Callable, Optional
+
+import tenacity
+
+from .context import Context
+from .errors import Aborted
+from .handlers import call_handler
+from .jobs import Job
+
+__all__ = ["Tries", "OnRetry", "MAX_WAIT_S", "retry_wait", "timed_out_text"]
+
+#: The longest wait between two tries, in seconds, however many tries came before.
+MAX_WAIT_S = 60.0
+
+#: Told of a failed try that another try follows: (its number, its error, the wait before the next, in s).
+OnRetry = Callable[[int, BaseException, float], None]
+
+
+def timed_out_text(timeout_ms: int) -> str:
+    """The error a run that ran past its ``timeout_ms`` is recorded with."""
+    return f"timed out after {timeout_ms} ms"
+
+
+def retry_wait(retry_delay_ms: int) -> Callable[[tenacity.RetryCallState], float]:
+    """The wait before try ``n + 1`` (tenacity's ``attempt_number`` n), in seconds:
+    ``retry_delay_ms`` doubled ``n - 1`` times (tenacity's ``wait_exponential``), plus a random
+    jitter of up to a quarter of ``retry_delay_ms``; at most :data:`MAX_WAIT_S`."""
+    delay_s = retry_delay_ms / 1000
+    doubling = tenacity.wait_exponential(multiplier=delay_s, exp_base=2, max=MAX_WAIT_S)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        return float(min(doubling(state) + random.uniform(0, delay_s / 4), MAX_WAIT_S))
+
+    return wait
+
+
+class Tries:
+    """The tries of one attempt of ``job``: :meth:`run` calls the handler with ``context`` (a copy
+    with its ``try_number``) until a try returns, the tries are used up or the signal is aborted.
+    ``number`` is the number of the last try that began (0 before the first)."""
+
+    def __init__(self, job: Job, context: Context, on_retry: Optional[OnRetry] = None) -> None:
+        self.job = job
+        self.context = context
+        self.on_retry = on_retry
+        self.number = 0
+
+    def run(self) -> None:
+        """Call the handler, and again after each try that raised while tries are left and the
+        signal is not aborted. Raises the error of the last try, or :class:`~leasecron.Aborted`
+        when the signal cut a wait short."""
+        options = self.job.options
+        if options.retries == 0:
+            self.number = 1
+            call_handler(self.job.func, self.job.takes_context, self.context)
+            return
+        signal = self.context.signal
+
+        def wait(seconds: float) -> None:
+            signal.wait(seconds)  # an abort (stop, lost, timeout) ends the wait at once
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(options.retries + 1),
+            wait=retry_wait(options.retry_delay_ms),
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, Exception) and not signal.aborted),
+            sleep=wait,
+            before_sleep=self._before_wait,
+            reraise=True,
+        )
+        for attempt in retrying:
+            number = attempt.retry_state.attempt_number
+            with attempt:
+                if number > 1 and signal.aborted:
+                    raise Aborted(f"run aborted ({signal.reason}) before try {number}")
+                self.number = number
+                context = dataclasses.replace(self.context, try_number=number)
+                call_handler(self.job.func, self.job.takes_context, context)
+
+    def _before_wait(self, state: tenacity.RetryCallState) -> None:
+        if self.on_retry is not None and state.outcome is not None and state.next_action is not None:
+            error = state.outcome.exception()
+            assert error is not None  # only a try that raised is retried
+            self.on_retry(state.attempt_number, error, state.next_action.sleep)
