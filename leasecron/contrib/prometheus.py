@@ -38,7 +38,9 @@ metric                            type      labels             what
                                                                ``paused``; ``error`` when the call raised
 ``leasecron_claim_seconds``       histogram job                how long a claim call took, sent to answered
                                                                (the host's monotonic clock; retries of a
-                                                               failed call are separate calls)
+                                                               failed call are separate calls; each claim
+                                                               of a batch, ``claim_many``, observes the
+                                                               batch's time)
 ``leasecron_lease_lost_total``    counter   job, cause         leases this instance lost: ``fenced`` (the
                                                                store refused a heartbeat or the end: another
                                                                attempt holds the run) or ``unrenewed`` (not
@@ -81,10 +83,11 @@ label.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -349,17 +352,29 @@ class _MeteredStore(DelegatingStore):
 
     def _claim(self, request: ClaimRequest) -> Claim:
         """The inner store's claim, counted by reason and outcome and timed."""
-        job, reason = request.job, request.reason
+        claim = super()._claim
+        return self._counted([request], lambda: [claim(request)])[0]
+
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """The inner store's batch of claims: each claim counted, and timed as the whole batch took
+        (its claims were decided in the one call)."""
+        return self._counted(requests, functools.partial(super()._claim_many, requests))
+
+    def _counted(self, requests: List[ClaimRequest], call: Callable[[], List[Claim]]) -> List[Claim]:
+        """The answers of ``call`` (the inner claim, or batch of claims), each claim counted and timed."""
         began = time.perf_counter()
         try:
-            claim = super()._claim(request)
+            claims = call()
         except Exception:
-            self._metrics.claimed(job, reason, "error", None)
+            for request in requests:
+                self._metrics.claimed(request.job, request.reason, "error", None)
             raise
         took = time.perf_counter() - began
-        self._metrics.claimed(job, reason, claim.outcome if claim.outcome in OUTCOMES else "other", took)
-        self._note(job, request.slot_ms, reason, claim)
-        return claim
+        for request, claim in zip(requests, claims):
+            outcome = claim.outcome if claim.outcome in OUTCOMES else "other"
+            self._metrics.claimed(request.job, request.reason, outcome, took)
+            self._note(request.job, request.slot_ms, request.reason, claim)
+        return claims
 
     def __repr__(self) -> str:
         return f"<{self.inner!r} with Prometheus metrics>"

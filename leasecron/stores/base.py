@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import abc
 from types import TracebackType
-from typing import List, Optional, Type
+from typing import List, Optional, Sequence, Type
 
 from ..controls import JobState, ManualRequest
+from ..errors import ConfigError, shown
 from ..runs import SCHEDULE, Claim, Run
 from .claim_request import ClaimRequest
 from .checks import (
@@ -178,6 +179,32 @@ class Store(abc.ABC):
         check_claim(request)
         return self._claim(request)
 
+    def claim_many(self, requests: Sequence[ClaimRequest]) -> List[Claim]:
+        """Decide many claims in one call: their answers, in the order of ``requests``.
+
+        21. Each claim is decided exactly as :meth:`claim` decides it alone
+            (rules 1-12, 16, 17, 20), atomically on the store's clock, one
+            after the other in the order given: a claim sees what an earlier
+            claim of the batch wrote. The batch is not one transaction:
+            another caller's operation may be decided between two of its
+            claims, and a claim that fails does not undo the claims decided
+            before it.
+
+        A backend decides a batch in one round trip (one per cluster node on
+        Redis Cluster); the default :meth:`_claim_many` sends one claim after
+        the other. Every request is checked before any is decided: a bad one
+        is a :class:`~leasecron.ConfigError` naming its index.
+        """
+        requests = list(requests)
+        for index, request in enumerate(requests):
+            if not isinstance(request, ClaimRequest):
+                raise ConfigError(f"requests[{index}] must be a ClaimRequest, not {shown(request)}")
+            try:
+                check_claim(request)
+            except ConfigError as exc:
+                raise ConfigError(f"requests[{index}] (job {shown(request.job)}): {exc}") from None
+        return self._claim_many(requests) if requests else []
+
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         """Move the lease end to ``now + lease_ms``.
 
@@ -290,6 +317,11 @@ class Store(abc.ABC):
     # The arguments are those of the public method, checked: a backend trusts them. A wrapper
     # (see DelegatingStore) overrides these, never the public methods, so that every argument is
     # checked once, by the outermost store.
+
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """:meth:`claim_many` with checked arguments (at least one request): one
+        :meth:`_claim` after the other unless the backend does better."""
+        return [self._claim(request) for request in requests]
 
     @abc.abstractmethod
     def _claim(self, request: ClaimRequest) -> Claim:

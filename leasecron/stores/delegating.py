@@ -61,6 +61,10 @@ class DelegatingStore(Store):
         """The inner store's claim."""
         return self.inner._claim(request)
 
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """The inner store's batch of claims."""
+        return self.inner._claim_many(requests)
+
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         """The inner store's heartbeat."""
         return self.inner._heartbeat(job, slot_ms, token, lease_ms)

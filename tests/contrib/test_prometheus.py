@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from leasecron import ConfigError, Context, LeaseCron, MemoryStore, Store, StoreUnavailable, open_store
 from leasecron.contrib.prometheus import Metrics, instrument
 from leasecron.controls import JobState
-from leasecron.stores import DelegatingStore
+from leasecron.stores import ClaimRequest, DelegatingStore
 from tests import servers
 from tests.docs.readme_examples import README, readme_examples
 from tests.conftest import Backend
@@ -119,6 +119,23 @@ def test_retries_and_timeouts_are_counted(make_cron: MakeCron) -> None:
     assert value(registry, "leasecron_timeouts_total", job="flaky") == 0
     assert value(registry, "leasecron_runs_total", job="slow", outcome="failed") == 1
     assert value(registry, "leasecron_runs_total", job="flaky", outcome="success") == 1
+
+
+def test_each_claim_of_a_batch_is_counted_and_timed() -> None:
+    """claim_many through the instrumented store: one claims_total and one claim_seconds sample
+    per claim of the batch, with its own reason and outcome."""
+    registry = CollectorRegistry()
+    cron = LeaseCron(MemoryStore(), runner="a")
+    instrument(cron, registry=registry)
+    slot = cron.store.now_ms() - 1_000
+    answers = cron.store.claim_many(
+        [ClaimRequest("x", slot, "a"), ClaimRequest("x", slot, "b"), ClaimRequest("y", slot, "a", reason="takeover")]
+    )
+    assert [c.outcome for c in answers] == ["won", "running", "none"]
+    assert value(registry, "leasecron_claims_total", job="x", reason="schedule", outcome="won") == 1
+    assert value(registry, "leasecron_claims_total", job="x", reason="schedule", outcome="running") == 1
+    assert value(registry, "leasecron_claims_total", job="y", reason="takeover", outcome="none") == 1
+    assert value(registry, "leasecron_claim_seconds_count", job="x") == 2
 
 
 @MEMORY_AND_SQLITE

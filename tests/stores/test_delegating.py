@@ -1,4 +1,4 @@
-"""DelegatingStore: the whole contract suite again (the rules, the controls, the attempts), through a
+"""DelegatingStore: the whole contract suite again (the rules, the controls, the attempts, batches), through a
 DelegatingStore around every backend's store; and what the wrapper itself promises (every operation
 forwarded to the inner store's protected method, the arguments checked once, kind, repr, close, a
 subclass that observes calls)."""
@@ -22,6 +22,7 @@ from tests.engine.support import FAST, HOURLY, CATCH_UP_HOUR, Recorder
 from tests.stores.test_contract import *  # noqa: F401,F403,E402
 from tests.stores.test_controls import *  # noqa: F401,F403,E402
 from tests.stores.test_attempts import *  # noqa: F401,F403,E402
+from tests.stores.test_batch import *  # noqa: F401,F403,E402
 
 
 class _Wrapping:
@@ -74,8 +75,9 @@ def test_every_operation_is_forwarded_and_the_public_methods_are_the_contracts()
     for name in sorted(Store.__abstractmethods__) + ["server_version", "durability_warnings"]:
         assert name in vars(DelegatingStore), name
         assert inspect.signature(getattr(DelegatingStore, name)) == inspect.signature(getattr(Store, name)), name
-    for name in OPERATIONS:
+    for name in OPERATIONS + ["claim_many"]:
         assert getattr(DelegatingStore, name) is getattr(Store, name), name
+    assert "_claim_many" in vars(DelegatingStore)  # a batch goes to the inner store's own _claim_many
 
 
 class _Answers(Store):
@@ -203,6 +205,11 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
         ("runs", ("j", 3)),
         ("jobs", ()),
     ]
+    # a batch reaches the inner store's _claim_many, whose default sends one _claim after the other
+    inner.calls.clear()
+    batch = [ClaimRequest("j", 7, "r"), ClaimRequest("k", 8, "r", reason="catch-up")]
+    assert store.claim_many(batch) == ["claim-answer", "claim-answer"]
+    assert inner.calls == [("claim", (batch[0],)), ("claim", (batch[1],))]
     # the claim's defaults are the contract's; runs' limit is never negative
     inner.calls.clear()
     store.claim("j", 8, runner="r")
