@@ -3,7 +3,7 @@
 A store is the one place where instances agree. Every operation is atomic
 and compares lease ends with the store's own clock (``now_ms``), never with
 the caller's. ``docs/protocol.rst`` explains the protocol and numbers the
-rules of the contract (1-20); the docstrings of :meth:`Store.claim`,
+rules of the contract (1-21); the docstrings of :meth:`Store.claim`,
 :meth:`~Store.heartbeat`, :meth:`~Store.finish` and :meth:`~Store.release`
 state them with those numbers, and each backend tags the branch that carries
 out a rule with its number (``rule 4`` in ``rules.py``, ``claim.lua`` and the
