@@ -187,8 +187,9 @@ class Store(abc.ABC):
             after the other in the order given: a claim sees what an earlier
             claim of the batch wrote. The batch is not one transaction:
             another caller's operation may be decided between two of its
-            claims, and a claim that fails does not undo the claims decided
-            before it.
+            claims. When the call raises, each of its claims may have been
+            decided or not, as when a single claim's answer is lost: send
+            them again with their tokens (rule 2).
 
         A backend decides a batch in one round trip (one per cluster node on
         Redis Cluster); the default :meth:`_claim_many` sends one claim after

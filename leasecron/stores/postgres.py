@@ -63,6 +63,10 @@ SCHEMA_VERSION = latest_version("postgres")
 #: opened with ``create=False``) holds none.
 _CONTROLS_VERSION = 3
 
+#: The most claims of a batch decided in one statement: a statement holds the locks of its jobs
+#: until it commits, so a batch of thousands is sent as several, each a short transaction.
+BATCH_MAX = 256
+
 #: The columns of ``<table>``, in order; a schema of version 2 or older has the first 13 only (its
 #: runs read as one attempt each).
 _RUN_COLUMNS = (
@@ -299,6 +303,25 @@ class PostgresStore(Store):
             params["token"] = new_token()
         row = self._one("claim", f"claim of {request.job!r}", **params)
         return Claim(row[0], None if row[1] is None else _run(row[1:]))
+
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """One statement per :data:`BATCH_MAX` claims (see ``claim_many`` in ``queries.sql``)."""
+        if len(requests) == 1:
+            return [self._claim(requests[0])]
+        answers: List[Claim] = []
+        for start in range(0, len(requests), BATCH_MAX):
+            chunk = requests[start : start + BATCH_MAX]
+            params = {
+                "jobs": [r.job for r in chunk], "slots": [r.slot_ms for r in chunk],
+                "tokens": [r.token or new_token() for r in chunk], "runners": [r.runner for r in chunk],
+                "reasons": [r.reason for r in chunk], "leases": [r.lease_ms for r in chunk],
+                "max_attempts": [r.max_attempts for r in chunk], "max_lates": [r.max_late_ms for r in chunk],
+                "overlaps": [r.overlap for r in chunk], "histories": [r.history_size for r in chunk],
+                "keep_attempts": MAX_ATTEMPTS_KEPT,
+            }  # fmt: skip
+            rows = sorted(self._all("claim_many", f"claims of {len(chunk)} jobs", **params), key=lambda row: row[0])
+            answers += [Claim(row[1], None if row[2] is None else _run(row[2:])) for row in rows]
+        return answers
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         params = {"job": job, "slot_ms": slot_ms, "token": token, "lease_ms": lease_ms}

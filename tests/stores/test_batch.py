@@ -154,3 +154,16 @@ def test_batches_racing_single_claims_and_each_other_have_one_winner_per_slot(ba
         assert stores[0].get_run(job, slot) == winner.run
     for store in stores:
         store.close()
+
+
+def test_a_batch_of_hundreds_answers_each_claim_in_its_place(store: Store) -> None:
+    """600 claims of 300 jobs, each job twice (by runners a, then b): the answers come in the
+    order of the requests, however a backend splits or orders the work (PostgreSQL sends 256
+    claims a statement, in the order of its locks)."""
+    slot = store.now_ms() - 1_000
+    jobs = [f"many-{i:03d}" for i in range(300)]
+    batch = [ClaimRequest(job, slot, runner, lease_ms=LONG) for runner in ("a", "b") for job in jobs]
+    answers = store.claim_many(batch)
+    assert [a.outcome for a in answers] == ["won"] * 300 + ["running"] * 300
+    for request, answer in zip(batch, answers):
+        assert answer.run is not None and (answer.run.job, answer.run.runner) == (request.job, "a")

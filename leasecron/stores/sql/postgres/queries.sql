@@ -54,6 +54,29 @@ FROM {schema}.{table}_claim_v3(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(re
                                 %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s,
                                 %(keep_attempts)s) c;
 
+-- name: claim_many
+-- Takes: jobs, slots, tokens, runners, reasons, leases, max_attempts,
+-- max_lates, overlaps, histories (one array each, a claim per index, every
+-- token given) and keep_attempts. Returns: a row per claim, in no order: its
+-- index (from 1), the outcome and the run's columns (NULL when no run).
+-- One statement, so one transaction: each claim's advisory lock is held
+-- until the whole batch commits. The claims run in the order of their lock
+-- keys (the job's hashtext, then their index), so two batches take their
+-- locks in one order and never deadlock; claims of one job keep their order.
+SELECT q.n, c.outcome, (c.run).*
+FROM (
+    SELECT *
+    FROM unnest(%(jobs)s::text[], %(slots)s::bigint[], %(tokens)s::text[], %(runners)s::text[],
+                %(reasons)s::text[], %(leases)s::bigint[], %(max_attempts)s::bigint[], %(max_lates)s::bigint[],
+                %(overlaps)s::text[], %(histories)s::bigint[])
+         WITH ORDINALITY AS u(job, slot_ms, token, runner, reason, lease_ms, max_attempts, max_late_ms, overlap,
+                              history_size, n)
+    ORDER BY hashtext(u.job), u.n
+) q
+CROSS JOIN LATERAL {schema}.{table}_claim_v3(q.job, q.slot_ms, q.token, q.runner, q.reason, q.lease_ms,
+                                             q.max_attempts, q.max_late_ms, q.overlap, q.history_size,
+                                             %(keep_attempts)s) c;
+
 -- name: heartbeat
 -- Takes: job, slot_ms, token, lease_ms. Returns: one boolean (rule 13).
 SELECT {schema}.{table}_heartbeat(%(job)s, %(slot_ms)s, %(token)s, %(lease_ms)s);
