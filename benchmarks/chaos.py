@@ -7,7 +7,8 @@
 It starts its own store server on 127.0.0.1 (Redis/Valkey with an append-only
 file fsynced on every write, a PostgreSQL of its own, or a SQLite file), a
 fault-injecting proxy per instance (server stores), the instances
-(``chaoslib.worker``: three jobs every 1, 2 and 3 s), and the nemesis: SIGKILL,
+(``chaoslib.worker``: five jobs every 1, 2 and 3 s, one with a 1 s timeout that it often
+runs past, one whose tries fail half the time and are retried twice), and the nemesis: SIGKILL,
 SIGSTOP/SIGCONT, SIGTERM hand-overs, store crashes and restarts (SQLite: a
 frozen lock holder, a writer killed mid-transaction), per-instance stalls,
 latency and connection resets, and partitions of every instance from the store
@@ -20,9 +21,11 @@ verifies the invariants from the instances' logs and the store's records.
 The seed (random unless given) is printed first: the same seed draws the
 same faults, durations and gaps, but not the same timing, and which instance
 a fault hits depends on which ones run a handler at that moment. The logs stay in the work
-directory (a new temporary one unless ``--workdir``). The exit code is 0 when
-no invariant was violated and the faults were effective (takeovers, refused
-heartbeats, refused late claims all happened); 1 when a violation was found,
+directory (a new temporary one unless ``--workdir``), with the store's final
+runs in ``final_runs.json``. The exit code is 0 when no invariant was violated
+and the faults were effective (takeovers, refused heartbeats, refused late
+claims, claims answered paused, manual runs, timeouts, some of them ignored for
+a while, and retried tries all happened); 1 when a violation was found,
 the run proved nothing, or an instance exited on its own; 2 when the store's
 server binary is missing; 130 on Ctrl-C (everything the run started is
 stopped first).

@@ -2,9 +2,12 @@
 
 Layout (run from ``benchmarks/`` with ``PYTHONPATH=<repo>:<repo>/benchmarks``):
 
-* ``worker.py``  — one instance process (``python -m chaoslib.worker``): three
-  jobs on a :class:`~leasecron.LeaseCron` over a :class:`RecordingStore`,
-  appending JSON lines (claims, heartbeats, handler ticks, events) to a log;
+* ``worker.py``  — one instance process (``python -m chaoslib.worker``): five
+  jobs on a :class:`~leasecron.LeaseCron` over a :class:`RecordingStore`
+  (``recording.py``), appending JSON lines (claims, heartbeats, handler ticks,
+  events) to a log;
+* ``handlers.py`` — what each try of a job's handler does, from a seeded plan
+  (one job runs past its ``timeout_ms``, one retries failed tries);
 * ``sink.py``    — the jobs' side effect, a SQLite table that keeps the newest
   attempt of each slot;
 * ``proxy.py``   — a TCP proxy between instances and a server store, to stall,

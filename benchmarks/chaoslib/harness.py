@@ -21,8 +21,8 @@
    (instances poll for requests every ``poll_ms``), for the run's duration except
    its last ``lease + 5 s``, which stay quiet so runs settle;
 5. stops every instance with SIGTERM (SIGCONT first), reads every run of the
-   jobs and their final pauses and requests from the store, and hands the logs
-   and the runs to the checker.
+   jobs and their final pauses and requests from the store (the runs also go to
+   ``final_runs.json`` in ``workdir``), and hands the logs and the runs to the checker.
 
 It returns the checker's report and a summary (:mod:`chaoslib.summary`: slots per job, actions,
 violations per invariant, takeover and hand-over latencies). Everything it
@@ -33,6 +33,7 @@ which then stops them itself.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
@@ -62,7 +63,8 @@ __all__ = ["STORE_KINDS", "WorkerProcess", "format_summary", "run"]
 log = logging.getLogger("chaoslib.harness")
 
 STORE_KINDS = ("sqlite", "redis", "valkey", "postgresql")
-#: The jobs the worker runs (name -> JobConfig): every1 (1 s, skip), long2 (2 s, allow), skip3 (3 s, skip).
+#: The jobs the worker runs (name -> JobConfig): every1 (1 s, skip), long2 (2 s, allow), skip3 (3 s, skip),
+#: timeout2 (2 s, allow, timeout_ms 1000) and retry2 (2 s, skip, retries 2, retry_delay_ms 100).
 JOBS = dict(DEFAULT_JOBS)
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -177,6 +179,9 @@ def run(
     say = progress or (lambda message: log.info("%s", message))
     if instances < 3:
         raise ValueError(f"a chaos run needs at least 3 instances, not {instances}")
+    shortest = min(j.timeout_ms for j in JOBS.values() if j.timeout_ms is not None)
+    if heartbeat_ms > shortest:
+        raise ValueError(f"heartbeat_ms {heartbeat_ms} is over the jobs' shortest timeout_ms ({shortest} ms)")
     workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix=f"leasecron-chaos-{store_kind}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log_dir = workdir / "logs"
@@ -244,6 +249,7 @@ def run(
         for worker in workers:
             worker.check_exit()
         final_runs = store.final_runs()
+        (workdir / "final_runs.json").write_text(json.dumps(final_runs))  # to check the logs again later
         operator.record_final()  # the requests' final states, for the checker
         config = Config(lease_ms=lease_ms, heartbeat_ms=heartbeat_ms, max_late_ms=max_late_ms, jobs=dict(JOBS),
                         sink=workdir / "sink.db", poll_ms=poll_ms)  # fmt: skip

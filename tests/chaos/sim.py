@@ -4,10 +4,12 @@
 runs the checker. :func:`clean_run` writes the logs of three instances (A, B, C) that show
 every kind of event the checker judges: a takeover after SIGKILL, a takeover of a frozen
 runner whose heartbeat is refused after SIGCONT, a hand-over after SIGTERM, a skipped overlap,
-a refused late claim, a planned failure, a triggered run and a claim answered ``paused``, with
-the attempts each record holds. It passes; each test breaks one thing and expects the
-invariant that names it to report a violation. Times are ms on one clock (``mono_ns`` and
-``wall_ns`` alike), slots are ms too.
+a refused late claim, a planned failure, a triggered run, a claim answered ``paused``, a run
+that ignores its timeout for a while and one retried after a failed try, with the attempts
+each record holds. It passes; each test breaks one thing and expects the
+invariant that names it to report a violation (:func:`found`, :func:`assert_violates`,
+:func:`assert_clean`). Times are ms on one clock (``mono_ns`` and ``wall_ns`` alike), slots
+are ms too.
 """
 
 from __future__ import annotations
@@ -20,14 +22,35 @@ from typing import Any, Dict, List, Optional
 
 from chaoslib.checker import DEFAULT_JOBS, Config, Report, check
 
-__all__ = ["HB", "LEASE", "Sim", "clean_run", "ns", "resume_later"]
+__all__ = [
+    "HB", "LEASE", "TIMED_OUT", "Sim", "assert_clean", "assert_violates", "clean_run", "found", "ns", "resume_later",
+]  # fmt: skip
 
 LEASE, HB = 2_000, 500
+#: The error of a ``timeout2`` run that ran past its ``timeout_ms``.
+TIMED_OUT = f"timed out after {DEFAULT_JOBS['timeout2'].timeout_ms} ms"
 
 
 def ns(ms: float) -> int:
     """Milliseconds to nanoseconds."""
     return int(ms * 1_000_000)
+
+
+def found(report: Report, name: str) -> List[str]:
+    """The violations of ``name``, after checking it judged something."""
+    inv = report.invariants[name]
+    assert inv.checked + inv.skipped > 0, report.format_table()
+    return inv.violations
+
+
+def assert_violates(report: Report, name: str, text: str) -> None:
+    """``name`` reports a violation whose message holds ``text``."""
+    assert any(text in v for v in found(report, name)), report.format_table()
+
+
+def assert_clean(report: Report, name: str) -> None:
+    """``name`` reports nothing."""
+    assert found(report, name) == [], report.format_table()
 
 
 class Sim:
@@ -113,6 +136,56 @@ class Sim:
             h.end = self.line(runner, "end", stop, outcome="raised", **ids)
             h.finish = self.call(runner, "finish", ids, stop + 1, True, status="failed", failure="RuntimeError: x")
             self.line(runner, "event", stop + 3, type="failed", **ids)
+        return h
+
+    def tried(
+        self, runner: str, job: str, slot: int, attempt: int, token: str, spans: List[tuple],
+        last: str = "returned", reason: str = "schedule",
+    ) -> SimpleNamespace:  # fmt: skip
+        """An attempt of a job with retries: one try per ``(start, stop)`` of ``spans`` (ms), each
+        but the last raising and followed by a ``retry`` event; the last ends ``last`` (returned:
+        sink, finish success; raised: finish failed). Heartbeats every HB from the first start."""
+        ids = {"job": job, "slot_ms": slot, "attempt": attempt, "token": token}
+        h = SimpleNamespace(ids=ids, starts=[], ends=[], retries=[])
+        for n, (start, stop) in enumerate(spans, 1):
+            t = dict(ids, try_number=n)
+            h.starts.append(self.line(runner, "start", start, reason=reason, **t))
+            self.ticks(runner, t, start + 1, stop - 1)
+            if n == len(spans) and last == "returned":
+                self.line(runner, "sink", stop, accepted=True, **t)
+                h.ends.append(self.line(runner, "end", stop, outcome="returned", **t))
+                continue
+            h.ends.append(self.line(runner, "end", stop, outcome="raised", **t))
+            if n < len(spans):
+                error = f"RuntimeError: chaos: planned failure (try {n})"
+                h.retries.append(self.line(runner, "event", stop + 1, type="retry", error=error, try_number=n, **ids))
+        first, stop = spans[0][0], spans[-1][1]
+        h.heartbeats = [self.call(runner, "heartbeat", ids, t, True) for t in range(int(first) + HB, int(stop), HB)]
+        status = "success" if last == "returned" else "failed"
+        failure = None if last == "returned" else f"RuntimeError: chaos: planned failure (try {len(spans)})"
+        h.finish = self.call(runner, "finish", ids, stop + 1, True, status=status, failure=failure)
+        h.event = self.line(runner, "event", stop + 3, type=status, error=failure, try_number=len(spans), **ids)
+        return h
+
+    def timed_out(
+        self, runner: str, job: str, slot: int, attempt: int, token: str, start: float, abort_at: float,
+        stop: float, ignored: bool = True,
+    ) -> SimpleNamespace:  # fmt: skip
+        """A try cut short by its job's timeout: its handler sees it at ``abort_at``; ignoring it
+        (``ignored``), it works on to ``stop`` and returns, else it ends aborted there. Heartbeats
+        every HB throughout; then finish failed :data:`TIMED_OUT`, event failed reason timeout."""
+        ids = {"job": job, "slot_ms": slot, "attempt": attempt, "token": token, "try_number": 1}
+        h = SimpleNamespace(ids=ids)
+        h.start = self.line(runner, "start", start, reason="schedule", **ids)
+        self.ticks(runner, ids, start + 1, stop - 1)
+        h.abort = self.line(runner, "abort", abort_at, reason="timeout", **ids)
+        if ignored:
+            h.abort["ignored_ms"] = int(stop - abort_at)
+            self.line(runner, "sink", stop, accepted=True, **ids)
+        h.end = self.line(runner, "end", stop, outcome="returned" if ignored else "aborted", **ids)
+        h.heartbeats = [self.call(runner, "heartbeat", ids, t, True) for t in range(int(start) + HB, int(stop), HB)]
+        h.finish = self.call(runner, "finish", ids, stop + 1, True, status="failed", failure=TIMED_OUT)
+        h.event = self.line(runner, "event", stop + 3, type="failed", reason="timeout", error=TIMED_OUT, **ids)
         return h
 
     def record(
@@ -249,6 +322,7 @@ def clean_run(sim: Sim) -> SimpleNamespace:
     sim.nemesis("term", 13900, "B")
     sim.line("B", "stopped", 14000, code=0)
     controls(sim, h)
+    tries(sim, h)
     # the attempts each record holds (rule 20)
     sim.attempts("every1", 1000, (1, "A", "schedule", 1000, 1201, "success"))
     sim.attempts(
@@ -281,6 +355,22 @@ def controls(sim: Sim, h: SimpleNamespace) -> None:
     h.resume = sim.operator("resume", "skip3", 9600, now_before_ms=9600)
     sim.final_state("every1", (4500, "claimed"))
     sim.final_state("skip3")
+
+
+def tries(sim: Sim, h: SimpleNamespace) -> None:
+    """The timeout and the retries of the clean run: C's timeout2@4000 ignores its timeout (at
+    5002) until 6600, renewed all along, and is recorded timed out; B's retry2@6000 fails try 1
+    and succeeds at try 2."""
+    h.c_won_t4000 = sim.won("C", "timeout2", 4000, 1, "c-t4000", 4000)
+    sim.claim("B", "timeout2", 4000, 4000, "running", attempt=1, token="c-t4000")
+    h.c_timeout_4000 = sim.timed_out("C", "timeout2", 4000, 1, "c-t4000", 4002, 5002, 6600)
+    h.rec_t4000 = sim.record("timeout2", 4000, 1, "c-t4000", "C", "failed", TIMED_OUT)
+    sim.attempts("timeout2", 4000, (1, "C", "schedule", 4000, 6602, "failed"))
+    sim.won("B", "retry2", 6000, 1, "b-r6000", 6000)
+    sim.claim("C", "retry2", 6000, 6000, "running", attempt=1, token="b-r6000")
+    h.b_tries_6000 = sim.tried("B", "retry2", 6000, 1, "b-r6000", [(6002, 6200), (6302, 6500)])
+    h.rec_r6000 = sim.record("retry2", 6000, 1, "b-r6000", "B", "success")
+    sim.attempts("retry2", 6000, (1, "B", "schedule", 6000, 6502, "success"))
 
 
 def resume_later(h: SimpleNamespace, ms: float) -> None:

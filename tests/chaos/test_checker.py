@@ -43,7 +43,7 @@ def test_clean_run_passes_with_every_invariant_checked(tmp_path: Path) -> None:
     assert report.effective, report.format_table()
     assert report.effects["takeovers"] == 3 and report.effects["refused_heartbeats"] == 1
     assert report.effects["refused_late_claims"] == 1 and report.effects["kills"] == 1
-    assert report.end_states["completed"] == 7 and report.end_states["skipped while paused"] == 1
+    assert report.end_states["completed"] == 9 and report.end_states["skipped while paused"] == 1
     assert report.effects["paused_claims"] == 1 and report.effects["manual_runs"] == 1
     assert report.end_states["skipped as overlap"] == 1 and report.end_states["refused late"] == 1
     assert report.takeover.samples == [pytest.approx(1952)]
@@ -413,7 +413,8 @@ def test_run_without_faults_proved_nothing(tmp_path: Path) -> None:
     assert report.ok, report.format_table()
     assert not report.effective
     assert set(report.missing_effects) == {
-        "takeovers", "refused_heartbeats", "refused_late_claims", "paused_claims", "manual_runs"
+        "takeovers", "refused_heartbeats", "refused_late_claims", "paused_claims", "manual_runs", "timeouts",
+        "timeouts_ignored", "retried_tries",
     }  # fmt: skip
     assert "proved nothing" in report.format_table()
 

@@ -9,32 +9,13 @@ violation, or adds something allowed and expects none.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
 
 import pytest
 
-from chaoslib.checker import Report
 
-from .sim import Sim, clean_run
+from .sim import Sim, assert_clean, assert_violates, clean_run
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def found(report: Report, name: str) -> List[str]:
-    """The violations of ``name``, after checking it judged something."""
-    inv = report.invariants[name]
-    assert inv.checked + inv.skipped > 0, report.format_table()
-    return inv.violations
-
-
-def assert_violates(report: Report, name: str, text: str) -> None:
-    """``name`` reports a violation whose message holds ``text``."""
-    assert any(text in v for v in found(report, name)), report.format_table()
-
-
-def assert_clean(report: Report, name: str) -> None:
-    """``name`` reports nothing."""
-    assert found(report, name) == [], report.format_table()
 
 
 # -- paused_no_new_run -----------------------------------------------------------------------------
@@ -183,6 +164,25 @@ def test_a_requested_slot_won_by_a_scheduled_claim(tmp_path: Path) -> None:
     h.c_won_4500["reason"] = "schedule"
     h.stored_4500[0]["reason"] = "schedule"
     assert_violates(sim.check(), "trigger_once", "won by a non-manual claim")
+
+
+def test_a_request_on_a_slot_of_the_schedule_may_be_run_by_its_scheduled_claim(tmp_path: Path) -> None:
+    """A request whose slot is 7000, a slot of every1 (1 s): the scheduled claim of 7000 came first
+    and ran the one run the request asked for (rule 12), and the store shows the request claimed;
+    B's manual claim finds the run running."""
+    sim = Sim(tmp_path)
+    clean_run(sim)
+    sim.operator("trigger", "every1", 7000, slot_ms=7000, expires_ms=47_000, state="pending")
+    sim.won("C", "every1", 7000, 1, "c-7000", 7000)
+    sim.claim("B", "every1", 7000, 7005, "running", reason="manual", attempt=1, token="c-7000")
+    sim.run("C", "every1", 7000, 1, "c-7000", 7002, 7200)
+    sim.record("every1", 7000, 1, "c-7000", "C", "success")
+    sim.attempts("every1", 7000, (1, "C", "schedule", 7000, 7201, "success"))
+    sim.logs["operator"] = [ln for ln in sim.logs["operator"] if ln.get("action") != "final-state"]
+    sim.final_state("every1", (4500, "claimed"), (7000, "claimed"))
+    sim.final_state("skip3")
+    sim.sink_from_records()
+    assert_clean(sim.check(), "trigger_once")
 
 
 def test_a_manual_run_nobody_requested(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ poll 300 ms), the nemesis and the operator (pauses, resumes, triggers) with a
 fixed seed for about 75 s (``LEASECRON_CHAOS_SECONDS`` changes it), then the
 checker judges the logs and the store's records. The test fails on any violated
 invariant, on a run whose faults were not effective (no takeover, refused
-heartbeat, refused late claim, claim answered paused or manual run: it proved nothing), and
-on an instance that exited on its own. The failure message is the checker's
-table and the run's summary; the logs stay in the test's temporary directory.
+heartbeat, refused late claim, claim answered paused, manual run, timeout, timeout
+ignored for a while or retried try: it proved nothing), and on an instance that exited
+on its own. The failure message is the checker's table and the run's summary; the logs
+stay in the test's temporary directory.
 """
 
 from __future__ import annotations

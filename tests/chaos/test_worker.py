@@ -38,12 +38,12 @@ FIELDS = {
     "heartbeat": IDS | {"ok", "sent_mono_ns", "recv_mono_ns"},
     "finish": IDS | {"ok", "status", "sent_mono_ns", "recv_mono_ns"},
     "release": IDS | {"ok", "sent_mono_ns", "recv_mono_ns"},
-    "start": IDS | {"reason"},
-    "tick": IDS,
-    "abort": IDS | {"reason"},
-    "sink": IDS | {"accepted"},
-    "end": IDS | {"outcome"},
-    "event": {"type", "job", "slot_ms", "attempt", "reason", "error", "token"},
+    "start": IDS | {"reason", "try_number", "duration_ms", "fails", "grace_ms"},
+    "tick": IDS | {"try_number"},
+    "abort": IDS | {"reason", "try_number"},
+    "sink": IDS | {"accepted", "try_number"},
+    "end": IDS | {"outcome", "try_number"},
+    "event": {"type", "job", "slot_ms", "attempt", "reason", "error", "token", "try_number"},
     "stopped": {"code"},
 }
 

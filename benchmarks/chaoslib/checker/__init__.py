@@ -42,7 +42,9 @@ The invariants (names as in :attr:`Report.invariants`):
 ``overlap_window``       the time covered by an older attempt's ticks after the
                          newer attempt's first tick (each tick covers ``tick_ms``) is
                          within the overlap bound, per stretch between SIGCONTs
-                         of the older's process (frozen time cannot tick).
+                         of the older's process (frozen time cannot tick). The ticks
+                         of every try of an attempt count, and those of a try working
+                         on past its timeout.
 ``lost_in_time``         an older attempt that still did anything after the newer
                          started logs ``lost`` within the overlap bound of that
                          start or of the SIGCONT that resumed it.
@@ -95,6 +97,19 @@ The invariants (names as in :attr:`Report.invariants`):
                          attempt's outcome vs the status, ``expired`` only when followed or
                          interrupted, runners and reasons as logged, releases and finishes
                          as logged (``checker/attempts.py``).
+``timeout_enforced``     for a job with ``timeout_ms``: the signal aborts ``timeout``
+                         no sooner than timeout_ms after the claim's answer, no later
+                         than timeout_ms + margin after the first try began; a try that
+                         works on past it is renewed throughout (a heartbeat in flight
+                         or due); the attempt then ends ``failed``, ``timed out after N
+                         ms`` (finish, event, record), never released
+                         (``checker/tries.py``).
+``tries_sequential``     an attempt's tries begin as 1..k, k <= ``retries`` + 1 (a
+                         backup at 1), each after the one before raised, after its
+                         ``retry`` event and its wait, never after an abort or ``lost``.
+``retry_outcome``        a run recorded ``success`` ended by a try that returned; one
+                         recorded ``failed`` by a last try that raised after all its
+                         tries (or was aborted), with that try's error.
 
 What these logs cannot show, counted as *not checked* (``skipped``) rather
 than passed:
@@ -178,6 +193,7 @@ from .safety import (
 )
 from .sink import check_sink
 from .timing import check_delays, check_not_late, check_skip, check_timing
+from .tries import check_outcome, check_timeout, check_tries, tries_effects
 
 __all__ = [
     "Config",
@@ -215,6 +231,7 @@ def _effects(model: Model) -> Dict[str, int]:
         "frozen_writers": len(model.frozen_writers),
         "paused_claims": sum(1 for c in model.claims if c.get("outcome") == "paused"),
         "manual_runs": sum(1 for c in model.claims if c.get("outcome") == "won" and c.get("reason") == "manual"),
+        **tries_effects(model),
     }
 
 
@@ -235,6 +252,7 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
         check_successors(model, slot, inv["dead_runners_only"], inv["failed_not_retried"])
         check_max_attempts(slot, config.max_attempts, inv["max_attempts"])
         check_attempt_records(model, slot, inv["attempts_match"])
+        check_outcome(model, slot, inv["retry_outcome"])
         state, why = end_state(model, slot, b)
         inv["end_state"].checked += 1
         if state is not None:
@@ -243,6 +261,8 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
             inv["end_state"].fail(f"{slot.label()}: {why}")
     for att in model.attempts.values():
         check_local_deadline(model, att, b, inv["local_deadline"])
+        check_timeout(model, att, b, inv["timeout_enforced"])
+        check_tries(model, att, b, inv["tries_sequential"])
     for job, jc in config.jobs.items():
         if jc.overlap == "skip":
             check_skip(model, job, b, inv["skip_no_overlap"])

@@ -23,12 +23,13 @@ class Attempt:
     pid: Optional[int] = None
     runner: Optional[str] = None
     won: Optional[Line] = None
-    start: Optional[Line] = None
+    start: Optional[Line] = None  # the first try's
+    starts: List[Line] = dataclasses.field(default_factory=list)  # every try's, in time order
     ticks: List[int] = dataclasses.field(default_factory=list)
     calls: List[Line] = dataclasses.field(default_factory=list)  # heartbeat, finish, release
     handler: List[Line] = dataclasses.field(default_factory=list)  # abort, sink, end
-    events: List[Line] = dataclasses.field(default_factory=list)
-    end: Optional[Line] = None
+    events: List[Line] = dataclasses.field(default_factory=list)  # start, success, failed, lost, handover, retry
+    end: Optional[Line] = None  # the last try's
     lost: Optional[Line] = None
 
     def label(self) -> str:
@@ -437,12 +438,13 @@ def _index_attempt_line(model: Model, line: Line) -> None:
     ev = line["ev"]
     if ev == "start":
         att.start = att.start or line
+        att.starts.append(line)
     elif ev in ("heartbeat", "finish", "release"):
         att.calls.append(line)
     else:
         att.handler.append(line)
         if ev == "end":
-            att.end = att.end or line
+            att.end = line
         elif ev == "sink":
             model.sink_lines.append(line)
 
@@ -453,7 +455,7 @@ def _index_event(model: Model, line: Line) -> None:
         model.lost_events.append(line)
     elif kind == "handover":
         model.handover_events.append(line)
-    if kind not in ("start", "success", "failed", "lost", "handover"):
+    if kind not in ("start", "success", "failed", "lost", "handover", "retry"):
         return
     key = _akey(line)
     if key is None:

@@ -23,17 +23,23 @@ OVERLAP_EXTRA_MS = 50
 
 @dataclasses.dataclass(frozen=True)
 class JobConfig:
-    """A job as the worker registers it: its interval and overlap mode."""
+    """A job as the worker registers it: its interval, overlap mode, ``timeout_ms`` (None: no
+    limit), ``retries`` and ``retry_delay_ms``."""
 
     interval_ms: int
     overlap: str
+    timeout_ms: Optional[int] = None
+    retries: int = 0
+    retry_delay_ms: int = 1_000
 
 
-#: The jobs of :mod:`chaoslib.worker`.
+#: The jobs of :mod:`chaoslib.worker` (what their handlers do: :mod:`chaoslib.handlers`).
 DEFAULT_JOBS: Dict[str, JobConfig] = {
     "every1": JobConfig(1_000, "skip"),
     "long2": JobConfig(2_000, "allow"),
     "skip3": JobConfig(3_000, "skip"),
+    "timeout2": JobConfig(2_000, "allow", timeout_ms=1_000),
+    "retry2": JobConfig(2_000, "skip", retries=2, retry_delay_ms=100),
 }
 
 
@@ -81,6 +87,9 @@ INVARIANTS: Dict[str, str] = {
     "paused_no_new_run": "no scheduled or catch-up run won while its job was surely paused",
     "trigger_once": "each trigger ran at most once, and once when an instance was up to claim it",
     "attempts_match": "each run's stored attempts match who logged winning, finishing, releasing them",
+    "timeout_enforced": "a run past timeout_ms is aborted on time, renewed till it returns, recorded timed out",
+    "tries_sequential": "an attempt's tries run one at a time as 1..k, k <= retries + 1, after the delays",
+    "retry_outcome": "a run recorded success ended by a try that returned; failed, by its last try raising",
 }
 
 #: The end states a slot may reach (``running at end`` is not an end state but is not a violation).
@@ -164,7 +173,10 @@ class Delays:
 
 
 #: The effects that make a run meaningful: without each of them it proved nothing.
-REQUIRED_EFFECTS = ("takeovers", "refused_heartbeats", "refused_late_claims", "paused_claims", "manual_runs")
+REQUIRED_EFFECTS = (
+    "takeovers", "refused_heartbeats", "refused_late_claims", "paused_claims", "manual_runs", "timeouts",
+    "timeouts_ignored", "retried_tries",
+)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -194,7 +206,7 @@ class Report:
     @property
     def effective(self) -> bool:
         """True when the run showed takeovers, refused heartbeats, refused late claims, claims
-        answered ``paused`` and won manual runs."""
+        answered ``paused``, won manual runs, timeouts (some ignored for a while) and retried tries."""
         return not self.missing_effects
 
     @property
