@@ -31,7 +31,11 @@ from .base import REQUESTS_KEPT, ClaimRequest, Store
 from .records import Record, new_token, read_record
 from .table import NewSlot, Table
 
-__all__ = ["NewSlot", "Record", "Table", "TableStore", "new_token", "read_record"]
+__all__ = ["NewSlot", "Record", "Table", "TableStore", "new_token", "read_record", "WRITES_MAX"]
+
+#: The most claims of a batch decided in one write section: on SQLite a section holds the file's
+#: write lock, which other instances queue for, so a batch of thousands takes it several times.
+WRITES_MAX = 256
 
 
 class TableStore(Store):
@@ -64,10 +68,35 @@ class TableStore(Store):
                 return _claim_existing(table, now, record, request)
             return _claim_new(table, now, request)
 
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """Rule 21: one read section settles what a read alone decides (as :meth:`_claim` does,
+        for each claim whose job no earlier claim of the batch names), then write sections of at
+        most :data:`WRITES_MAX` claims decide the others, in their order."""
+        if len(requests) == 1:
+            return [self._claim(requests[0])]
+        with self._read() as table:
+            records = [table.get(request.job, request.slot_ms) for request in requests]
+        now = self.now_ms()  # read after the records: a lease alive now was alive at the read
+        answers: List[Optional[Claim]] = []
+        seen = set()
+        for request, record in zip(requests, records):
+            alone = request.job not in seen  # an earlier claim of its job may change what it finds
+            seen.add(request.job)
+            answers.append(_settled(request, record, now) if alone else None)
+        undecided = [i for i, answer in enumerate(answers) if answer is None]
+        for start in range(0, len(undecided), WRITES_MAX):
+            with self._write() as (table, now):
+                for i in undecided[start : start + WRITES_MAX]:
+                    request = requests[i]
+                    found = table.get(request.job, request.slot_ms)
+                    if found is None:
+                        answers[i] = _claim_new(table, now, request)
+                    else:
+                        answers[i] = _claim_existing(table, now, found, request)
+        return [answer for answer in answers if answer is not None]
+
     def _settled_claim(self, request: ClaimRequest) -> Optional[Claim]:
-        """The answer to a claim that a read alone decides, without the write lock: the slot's
-        run has ended (``done``) or holds a live lease (``running``); None otherwise, and for the
-        retry of the claim that won the current attempt (it renews the lease: a write).
+        """The answer to a claim that a read alone decides, without the write lock (:func:`_settled`).
 
         Most claims are of this kind (every instance but one claims each slot; a backup's
         check of a run that ended), and on SQLite the write lock is what instances queue for.
@@ -76,13 +105,7 @@ class TableStore(Store):
         """
         with self._read() as table:
             record = table.get(request.job, request.slot_ms)
-        if record is None:
-            return None
-        if record.status != Status.RUNNING:  # rule 1
-            return Claim(Outcome.DONE, record.to_run())
-        if not record.won_by(request.token, request.runner) and record.lease_end_ms > self.now_ms():  # rule 3
-            return Claim(Outcome.RUNNING, record.to_run())
-        return None
+        return None if record is None else _settled(request, record, self.now_ms())
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         with self._write() as (table, now):
@@ -271,6 +294,19 @@ def _claim_new(table: Table, now: int, request: ClaimRequest) -> Claim:
         table.end_request(job, slot_ms, RequestState.CLAIMED)
     table.prune(job, request.history_size, now - request.max_late_ms - LATE_TOLERANCE_MS)
     return Claim(Outcome.WON, record.to_run())
+
+
+def _settled(request: ClaimRequest, record: Optional[Record], now: int) -> Optional[Claim]:
+    """The answer a read of the slot's ``record`` alone decides at ``now``: the run has ended
+    (``done``) or holds a live lease (``running``); None otherwise (no run, a lease that ended,
+    or the retry of the claim that won the current attempt: it renews the lease, a write)."""
+    if record is None:
+        return None
+    if record.status != Status.RUNNING:  # rule 1
+        return Claim(Outcome.DONE, record.to_run())
+    if not record.won_by(request.token, request.runner) and record.lease_end_ms > now:  # rule 3
+        return Claim(Outcome.RUNNING, record.to_run())
+    return None
 
 
 def _claim_existing(table: Table, now: int, record: Record, request: ClaimRequest) -> Claim:
