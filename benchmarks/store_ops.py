@@ -29,8 +29,9 @@ The default store is a fresh SQLite file in a temporary directory.
 ``leasecron`` of git commit REF (before) and the one next to this script
 (after), each in a process of its own on a store of its own, measured the same
 way in alternating rounds; it prints after/before per operation, and the
-issue-14 target (a claim within 5 % of the baseline's). See
-``benchmarks/speedlib/baseline.py``. For example::
+issue-14 target (a claim within 5 % of the baseline's). Its rounds are many
+and short unless told (``--ops 50 --rounds 201``: see
+``benchmarks/speedlib/baseline.py``). For example::
 
     python benchmarks/store_ops.py --baseline-ref a486df3 --store postgresql://root@127.0.0.1/test
 
@@ -313,6 +314,10 @@ def measure(store: Store, n: int, threads: int, counter: CallCounter) -> Dict[st
     return results
 
 
+#: The rounds of ``--baseline-ref`` unless told: many short ones (speedlib/baseline.py says why).
+BASELINE_OPS = 50
+BASELINE_ROUNDS = 201
+
 #: The targets of issue 6: (operation, baseline, at most this many times the baseline's p50).
 TARGETS = {
     "redis": [("claim (won)", "bare round trip", 1.5), ("claim (running)", "bare round trip", 1.5)],
@@ -458,14 +463,17 @@ def report(kind: str, unit: str, threads: int, figures: Dict[str, Timing]) -> No
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--store", help="store URL (default: a temporary SQLite file)")
-    parser.add_argument("--ops", type=int, default=400, help="operations per round (default 400)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is shown (default 5)")
+    parser.add_argument("--ops", type=int, help="operations per round (default 400; with --baseline-ref 50)")
+    parser.add_argument("--rounds", type=int, help="rounds; the median is shown (default 5; with --baseline-ref 201)")
     parser.add_argument("--threads", default="1,8", help="thread counts, comma-separated (default 1,8)")
     parser.add_argument("--baseline-ref", metavar="REF", help="measure the leasecron of git commit REF too, beside"
                         " this one, in one run (speedlib/baseline.py)")  # fmt: skip
     parser.add_argument("--serve", choices=["before", "after"], help=argparse.SUPPRESS)  # a --baseline-ref child
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    short = bool(args.baseline_ref or args.serve)  # many short rounds: see speedlib/baseline.py
+    args.ops = args.ops if args.ops is not None else (BASELINE_OPS if short else 400)
+    args.rounds = args.rounds if args.rounds is not None else (BASELINE_ROUNDS if short else 5)
     thread_counts = [int(t) for t in args.threads.split(",")]
     if args.serve or args.baseline_ref:
         from speedlib import baseline  # benchmarks/ is on sys.path: this file's directory

@@ -31,9 +31,9 @@ cluster keeps them on one slot and a script can touch them all::
 ``A-Z a-z 0-9 . _ -``, ``%`` and the braces included), so no name can end
 its hash tag early, reach into another job's keys, or collide with another
 name. The sorted sets make ``unfinished``, ``runs``, history pruning and
-``jobs`` reads of one job's keys: no ``KEYS`` or ``SCAN`` anywhere. A claim
-reads ``paused`` only for a slot that has no run yet, and ``requests`` only
-when it is manual or wins a new run.
+``jobs`` reads of one job's keys: no ``KEYS`` or ``SCAN`` anywhere. A claim of a
+slot without a run reads ``paused`` and ``requests`` only when one ``EXISTS``
+of both finds either (most jobs have neither); a manual one reads its request.
 
 The three keys without a hash tag live on other cluster slots than a job's
 keys, so a job's script cannot write them; the store writes each in a call
@@ -207,7 +207,10 @@ class RedisStore(Store):
 
     def _script(self, name: str, job: str, *args: Union[str, int]) -> Any:
         script = self._scripts[name]
-        return self._call(f"{name} of {job!r}", script, self.client, script.job_keys(self.prefix, job), args)
+        try:  # as _call, with the message made only on an error
+            return script(self.client, script.job_keys(self.prefix, job), args)
+        except self._redis.exceptions.RedisError as exc:
+            raise _store_error(self._redis, exc, f"{name} of {job!r}") from exc
 
     def _index(self, doing: str, *args: Union[str, int]) -> Any:
         """index.lua on the index of pending requests (see the module's docstring)."""
@@ -229,12 +232,13 @@ class RedisStore(Store):
     def _claim(self, request: ClaimRequest) -> Claim:
         job = request.job
         self._register(job)
-        fresh = new_token()  # the script's token for an attempt that must not get ``token``
-        reply = self._script(
-            "claim", job, request.slot_ms, fresh if request.token is None else request.token, request.runner,
-            request.reason, request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap,
-            request.history_size, fresh,
+        args: Tuple[Union[str, int], ...] = (
+            request.slot_ms, new_token() if request.token is None else request.token, request.runner, request.reason,
+            request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap, request.history_size,
         )  # fmt: skip
+        if request.token is not None:  # a new token for a next attempt, which must not get ``token``
+            args += (new_token(),)
+        reply = self._script("claim", job, *args)
         outcome, at, raw = reply[:3]
         first, requested_by, request_state = reply[3:] if len(reply) > 3 else (0, None, "")
         if first == 1:  # the job's first stored run: make sure jobs() lists it

@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+import re
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import quote
 
 from ..controls import JobState, ManualRequest
@@ -82,7 +83,7 @@ class Script:
         self.keys = SCRIPT_KEYS[name]
         own = read_text("lua", f"{name}.lua")
         numbers = {"MAX_ATTEMPTS_KEPT": str(MAX_ATTEMPTS_KEPT), "REQUESTS_KEPT": str(REQUESTS_KEPT)}
-        self.source = render(f"{common}\n{own}" if self.keys else own, **numbers)
+        self.source = render(f"{helpers_for(own, common)}\n{own}" if self.keys else own, **numbers)
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
 
     def job_keys(self, prefix: str, job: str) -> Tuple[str, ...]:
@@ -90,12 +91,52 @@ class Script:
         return _all_keys(prefix, job)[: self.keys]
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Union[str, int]]) -> Any:
-        redis = require("redis", extra="redis", store="RedisStore")
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)  # as client.evalsha sends it, two calls sooner
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.execute_command(*command)
+        except Exception as exc:  # redis-py's exceptions are looked up only when a call fails
+            if not isinstance(exc, require("redis", extra="redis", store="RedisStore").exceptions.NoScriptError):
+                raise
+        client.script_load(self.source)
+        return client.execute_command(*command)
+
+
+_HELPER = re.compile(r"^local function (\w+)\(", re.M)
+_LINE_COMMENT = re.compile(r"--.*$", re.M)
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # a field (run.save) is no name
+
+
+def _names(text: str) -> Set[str]:
+    """The names Lua code ``text`` uses, its comments left out."""
+    return set(_NAME.findall(_LINE_COMMENT.sub("", text)))
+
+
+@functools.lru_cache(maxsize=4)
+def _paragraphs(common: str) -> Tuple[List[str], Dict[str, Tuple[int, Set[str]]]]:
+    """common.lua's paragraphs, and for each helper its paragraph and the helpers it names."""
+    paragraphs = common.split("\n\n")
+    found = {match.group(1): i for i, p in enumerate(paragraphs) for match in [_HELPER.search(p)] if match}
+    return paragraphs, {name: (i, _names(paragraphs[i]) & found.keys()) for name, i in found.items()}
+
+
+def helpers_for(script: str, common: str) -> str:
+    """``common`` (common.lua) with only the helpers ``script`` names, and those they name.
+
+    Redis runs the whole text of a script at each call, so each helper is a closure made anew at
+    every call, whether the script calls it or not: a heartbeat should not make the requests'
+    helpers, nor a claim the job states'. common.lua is paragraphs (blank-line separated): one per
+    helper (``local function <name>(``, with its comment), the others (comments, keys, constants)
+    kept in any case; the order stays.
+    """
+    paragraphs, helpers = _paragraphs(common)
+    needed: Set[str] = set()
+    todo = _names(script) & helpers.keys()
+    while todo:
+        name = todo.pop()
+        needed.add(name)
+        todo |= helpers[name][1] - needed
+    dropped = {helpers[name][0] for name in helpers.keys() - needed}
+    return "\n\n".join(p for i, p in enumerate(paragraphs) if i not in dropped)
 
 
 def load_scripts() -> Dict[str, Script]:
@@ -109,20 +150,23 @@ def text(value: Union[str, bytes]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _json(raw: Union[str, bytes], unreadable: str) -> Any:
+def _json(raw: Union[str, bytes], unreadable: Callable[[], str]) -> Any:
     try:
         return json.loads(text(raw))
     except ValueError as exc:  # not JSON (or not UTF-8)
-        raise StoreError(f"{unreadable}: not JSON: {exc}") from exc
+        raise StoreError(f"{unreadable()}: not JSON: {exc}") from exc
 
 
 def read_run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]) -> Run:
     """The run stored as JSON ``raw``; StoreError naming the job and slot if it was tampered with."""
     slot_text = text(slot)
-    unreadable = f"the stored run of job {job!r} at slot {slot_text} is unreadable"
+
+    def unreadable() -> str:  # the message is made only for a run that is
+        return f"the stored run of job {job!r} at slot {slot_text} is unreadable"
+
     data = _json(raw, unreadable) if raw is not None else None
-    if not isinstance(data, dict):
-        raise StoreError(f"{unreadable}: {shown(data)} is no JSON object")
+    if type(data) is not dict:
+        raise StoreError(f"{unreadable()}: {shown(data)} is no JSON object")
     return read_record(job, slot_text, data).to_run()
 
 
@@ -140,7 +184,7 @@ def _int(value: object) -> int:
 def _request(job: str, slot: Union[str, bytes], raw: Union[str, bytes], now: int) -> ManualRequest:
     """The request stored at ``slot`` as JSON ``raw``, its state judged at ``now``."""
     unreadable = f"the stored request of job {job!r} at slot {text(slot)} is unreadable"
-    data = _json(raw, unreadable)
+    data = _json(raw, lambda: unreadable)
     try:
         if not isinstance(data, dict):
             raise TypeError(f"{shown(data)} is no JSON object")

@@ -157,6 +157,15 @@ class SQLiteStore(TableStore):
         one in use closes when its operation ends, never under it (CPython's
         sqlite3 would crash).
         """
+        conn = self._take()
+        try:
+            yield conn
+        finally:
+            self._put_back(conn)
+
+    def _take(self) -> sqlite3.Connection:
+        """A connection for one operation (see :meth:`_using`), the schema created or found; the
+        operation gives it back with :meth:`_put_back`."""
         if self._closed:
             raise StoreError(f"{self!r} is closed")
         if self._pid != os.getpid():
@@ -170,9 +179,10 @@ class SQLiteStore(TableStore):
                 self._create_schema(conn)
             elif not self.create and not (self._schema_ready or self._schema_found):
                 self._find_schema(conn)
-            yield conn
-        finally:
+        except BaseException:
             self._put_back(conn)
+            raise
+        return conn
 
     def _put_back(self, conn: sqlite3.Connection) -> None:
         with self._lock:
@@ -358,11 +368,13 @@ class SQLiteStore(TableStore):
 
     @contextmanager
     def _read(self) -> Iterator[Table]:
-        with self._using() as conn:
-            try:
-                yield SQLiteTable(conn, self._q)
-            except sqlite3.Error as exc:
-                raise _store_error(exc, "read failed") from exc
+        conn = self._take()  # as _using does, without its generator: a claim begins with a read
+        try:
+            yield SQLiteTable(conn, self._q)
+        except sqlite3.Error as exc:
+            raise _store_error(exc, "read failed") from exc
+        finally:
+            self._put_back(conn)
 
     def close(self) -> None:
         """Close every idle connection; one in use closes when its operation ends."""

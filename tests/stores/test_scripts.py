@@ -199,3 +199,21 @@ def test_the_contract_docstrings_number_the_rules() -> None:
         doc = getattr(Store, method).__doc__ or ""
         found = [int(n) for n in re.findall(r"^\s*(\d+)\. ", doc, re.MULTILINE)]
         assert found == list(numbers), method
+
+
+def test_each_lua_script_defines_every_helper_it_names() -> None:
+    """A script carries the helpers of common.lua it names (and those they name), no others
+    (redis_scripts.helpers_for): every helper name in its text is defined in it, so no branch,
+    however rare, calls a helper that was left out; a heartbeat carries none of the requests'."""
+    from leasecron.stores.redis_scripts import load_scripts
+
+    common = (STORES / "lua" / "common.lua").read_text(encoding="utf-8")
+    helpers = set(re.findall(r"^local function (\w+)\(", common, re.M))
+    scripts = load_scripts()
+    for name, script in scripts.items():
+        code = re.sub(r"--.*$", "", script.source, flags=re.M)
+        defined = set(re.findall(r"^local function (\w+)\(", code, re.M)) & helpers
+        named = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\s*\(", code)) & helpers
+        assert named <= defined, f"{name}.lua calls helpers it lacks: {sorted(named - defined)}"
+    assert "load_request" in scripts["claim"].source
+    assert "load_request" not in scripts["heartbeat"].source and "state_reply" not in scripts["heartbeat"].source

@@ -12,7 +12,8 @@
 -- ARGV[8] overlap       'skip' or 'allow'
 -- ARGV[9] history_size  finished runs to keep
 -- ARGV[10] fresh        a new random token, for a next attempt when ARGV[2]
---                       is the token of the attempt it replaces
+--                       is the token of the attempt it replaces; absent when
+--                       ARGV[2] is itself new (the caller gave no token)
 -- Returns: {outcome, slot_ms, run JSON, first, requested_by, state}, or only
 -- its first three items when the others would be 0, nil, nil (most claims:
 -- a shorter reply is cheaper to send and to read). outcome
@@ -63,7 +64,11 @@ local function won(run)
   run.lease_end_ms = now + lease_ms
   run.released = 0
   run.started_ms = now
-  begin_attempt(run)
+  -- rule 20: a next attempt comes after those that ended; a new run's one
+  -- attempt is the one its own fields describe, which save keeps as none
+  if run.attempts ~= nil then
+    begin_attempt(run)
+  end
   return answer('won', slot, save(slot, run))
 end
 
@@ -112,7 +117,7 @@ if raw then
   end
   close_attempt(run) -- rule 20: handed_over if released, else expired
   run.attempt = run.attempt + 1 -- rule 6
-  if run.token == token then
+  if run.token == token then -- (never so when ARGV[2] is new and ARGV[10] absent)
     token = fresh -- a token is never given to two attempts
   end
   return won(run)
@@ -123,6 +128,10 @@ if reason == 'takeover' then -- rule 7
   return answer('none')
 end
 local request = nil
+local newest = nil -- the job's newest slot (nil: the job has no run), read by rule 9
+-- Whether the job has a pause or requests kept: most jobs never had either,
+-- and one EXISTS of both keys then spares a claim two reads.
+local controlled = reason == 'manual' or redis.call('EXISTS', K.paused, K.requests) > 0
 if reason == 'manual' then
   request = load_request(slot)
   if request == nil or request.state ~= 'pending' then -- rule 17
@@ -134,7 +143,7 @@ if reason == 'manual' then
     return answer('late')
   end
 else
-  if redis.call('EXISTS', K.paused) == 1 then -- rule 16
+  if controlled and redis.call('EXISTS', K.paused) == 1 then -- rule 16
     return answer('paused')
   end
   if slot_ms > now + EARLY_TOLERANCE_MS then -- rule 8
@@ -143,18 +152,21 @@ else
   if now - slot_ms > max_late_ms + LATE_TOLERANCE_MS then -- rule 9
     return answer('late')
   end
-  -- rule 9: the newest newer run that a manual claim did not start (manual runs are few)
-  local offset, newer = 0, nil
-  repeat
-    newer = redis.call('ZREVRANGEBYSCORE', K.slots, '+inf', '(' .. slot, 'LIMIT', offset, 8)
-    for _, at in ipairs(newer) do
-      local stored = redis.call('HGET', K.runs, at)
-      if not stored or decode(stored, at).manual ~= 1 then
-        return answer('late', at, stored)
+  newest = newest_slot()
+  if newest and tonumber(newest) > slot_ms then
+    -- rule 9: the newest newer run that a manual claim did not start (manual runs are few)
+    local offset, newer = 0, nil
+    repeat
+      newer = redis.call('ZREVRANGEBYSCORE', K.slots, '+inf', '(' .. slot, 'LIMIT', offset, 8)
+      for _, at in ipairs(newer) do
+        local stored = redis.call('HGET', K.runs, at)
+        if not stored or decode(stored, at).manual ~= 1 then
+          return answer('late', at, stored)
+        end
       end
-    end
-    offset = offset + 8
-  until #newer < 8
+      offset = offset + 8
+    until #newer < 8
+  end
 end
 -- The job's other running runs, newest first, every one read (and checked) before anything is written.
 local others = {}
@@ -178,16 +190,20 @@ for _, entry in ipairs(others) do -- rule 11 (rule 20: their attempts end)
 end
 
 -- rule 12 (rule 20: attempt 1 begins)
-if redis.call('EXISTS', K.slots) == 0 then
+if reason == 'manual' then
+  newest = newest_slot()
+end
+if newest == nil then
   first = 1
 end
-if reason ~= 'manual' then
+if reason ~= 'manual' and controlled then
   request = load_request(slot)
 end
 if request and request.state == 'pending' then -- rule 12: the run a request asked for
   end_request(request, now > request.expires_ms and 'expired' or 'claimed')
 end
-local won_answer = won({attempt = 1, status = 'running', handovers = 0, manual = reason == 'manual' and 1 or 0})
+-- manual is stored only when 1 (a run without it reads as not manual, as runs of 0.1 do)
+local won_answer = won({attempt = 1, status = 'running', handovers = 0, manual = reason == 'manual' and 1 or nil})
 redis.call('ZADD', K.slots, slot, slot)
 redis.call('ZADD', K.running, slot, slot)
 

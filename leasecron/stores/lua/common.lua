@@ -20,8 +20,6 @@
 -- integers of its attempts (a JSON array of objects, oldest first: number,
 -- runner, reason, started_ms, ended_ms, outcome, error) and of a request.
 
-local INTEGERS = {'attempt', 'lease_end_ms', 'released', 'handovers', 'started_ms', 'finished_ms', 'manual'}
-local ATTEMPT_INTEGERS = {'number', 'started_ms', 'ended_ms'}
 local K = {runs = KEYS[1], slots = KEYS[2], running = KEYS[3], finished = KEYS[4], paused = KEYS[5],
   requests = KEYS[6]}
 local LATE_TOLERANCE_MS = {LATE_TOLERANCE_MS}
@@ -40,10 +38,6 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The fields every stored run has, and their Lua types once decoded.
-local REQUIRED = {attempt = 'number', lease_end_ms = 'number', handovers = 'number', started_ms = 'number',
-  status = 'string', token = 'string'}
-
 -- Refuse to act on a record whose stored JSON was tampered with or is
 -- corrupt: the script stops with an error reply naming the slot, before it
 -- writes anything. `what` is 'run' unless told.
@@ -53,33 +47,40 @@ local function unreadable(slot, why, what)
 end
 
 -- A stored run's JSON as a table, with its integers (and its attempts') as
--- numbers; `attempts` is nil for a run stored before attempts were recorded.
+-- numbers; `attempts` is nil for a run stored without them (see save). The
+-- fields are named one by one, not looped over from a table of names: such a
+-- table would be made anew at every call of every script.
 local function decode(raw, slot)
   local ok, run = pcall(cjson.decode, raw)
   if not ok or type(run) ~= 'table' then
     unreadable(slot, 'not a JSON object')
   end
-  for _, field in ipairs(INTEGERS) do
-    if run[field] ~= nil then
-      run[field] = tonumber(run[field])
-    end
-  end
-  for field, kind in pairs(REQUIRED) do
-    if type(run[field]) ~= kind then
-      unreadable(slot, field .. ' is missing or not a ' .. kind)
-    end
-  end
+  run.attempt = tonumber(run.attempt) -- a field the run has not stays nil
+  run.lease_end_ms = tonumber(run.lease_end_ms)
+  run.released = tonumber(run.released)
+  run.handovers = tonumber(run.handovers)
+  run.started_ms = tonumber(run.started_ms)
+  run.finished_ms = tonumber(run.finished_ms)
+  run.manual = tonumber(run.manual)
+  -- the fields every stored run has, and their Lua types once decoded
+  if type(run.attempt) ~= 'number' then unreadable(slot, 'attempt is missing or not a number') end
+  if type(run.lease_end_ms) ~= 'number' then unreadable(slot, 'lease_end_ms is missing or not a number') end
+  if type(run.handovers) ~= 'number' then unreadable(slot, 'handovers is missing or not a number') end
+  if type(run.started_ms) ~= 'number' then unreadable(slot, 'started_ms is missing or not a number') end
+  if type(run.status) ~= 'string' then unreadable(slot, 'status is missing or not a string') end
+  if type(run.token) ~= 'string' then unreadable(slot, 'token is missing or not a string') end
   if run.attempts == NULL then
     run.attempts = nil
   elseif run.attempts ~= nil then
     if type(run.attempts) ~= 'table' or #run.attempts == 0 then
       unreadable(slot, 'attempts is not a list of attempts')
     end
+    local integers = {'number', 'started_ms', 'ended_ms'} -- of an attempt
     for i, attempt in ipairs(run.attempts) do
       if type(attempt) ~= 'table' or type(attempt.outcome) ~= 'string' then
         unreadable(slot, 'attempts[' .. (i - 1) .. '] is not an attempt')
       end
-      for _, field in ipairs(ATTEMPT_INTEGERS) do
+      for _, field in ipairs(integers) do
         if attempt[field] ~= nil and attempt[field] ~= NULL then
           attempt[field] = tonumber(attempt[field]) or unreadable(slot, 'attempts[' .. (i - 1) .. '].' .. field
             .. ' is not an integer')
@@ -90,15 +91,10 @@ local function decode(raw, slot)
   return run
 end
 
--- What hash `key` holds at `slot` (a decimal string), read by `read`, or nil.
-local function load_from(key, slot, read)
-  local raw = redis.call('HGET', key, slot)
-  return raw and read(raw, slot) or nil
-end
-
--- The run stored at `slot`, or nil.
+-- The run stored at `slot` (a decimal string), or nil.
 local function load(slot)
-  return load_from(K.runs, slot, decode)
+  local raw = redis.call('HGET', K.runs, slot)
+  return raw and decode(raw, slot) or nil
 end
 
 -- `fields` with each of its numbers as a decimal string.
@@ -110,14 +106,6 @@ local function with_int_texts(fields)
   return copy
 end
 
--- `x`, with JSON's null as nil.
-local function value(x)
-  if x == NULL then
-    return nil
-  end
-  return x
-end
-
 -- Whether the run's attempts are the one attempt its own fields describe:
 -- the store keeps none then, and they read back the same (most runs have one
 -- attempt; every read and write of the run is then cheaper), as in
@@ -126,6 +114,12 @@ local function only_own_attempt(run)
   local attempts = run.attempts
   if attempts == nil or #attempts ~= 1 then
     return false
+  end
+  local function value(x) -- `x`, with JSON's null as nil
+    if x == NULL then
+      return nil
+    end
+    return x
   end
   local a = attempts[1]
   return a.number == run.attempt and a.runner == run.runner and a.reason == run.reason
@@ -148,17 +142,6 @@ local function save(slot, run)
   return raw
 end
 
--- The run's attempts (rule 20). A run stored before attempts were recorded
--- gets, first, the one attempt its own fields describe, as
--- leasecron.stores.records reads it.
-local function attempts_of(run)
-  if run.attempts == nil then
-    run.attempts = {{number = run.attempt, runner = run.runner, reason = run.reason, started_ms = run.started_ms,
-      ended_ms = run.finished_ms or NULL, outcome = run.status, error = run.error or NULL}}
-  end
-  return run.attempts
-end
-
 -- Record the current attempt (the run's attempt, runner, reason and start)
 -- as running, after the others; keep the newest MAX_ATTEMPTS_KEPT.
 local function begin_attempt(run)
@@ -172,8 +155,15 @@ local function begin_attempt(run)
 end
 
 -- Record how the current attempt ended: `outcome` at `ended_ms`, with `err`.
+-- A run stored without attempts (only its own, or stored before attempts
+-- were recorded) gets, first, the one attempt its own fields describe, as
+-- leasecron.stores.records reads it.
 local function end_attempt(run, outcome, ended_ms, err)
-  local attempts = attempts_of(run)
+  if run.attempts == nil then
+    run.attempts = {{number = run.attempt, runner = run.runner, reason = run.reason, started_ms = run.started_ms,
+      ended_ms = run.finished_ms or NULL, outcome = run.status, error = run.error or NULL}}
+  end
+  local attempts = run.attempts
   local last = attempts[#attempts]
   if last.number == run.attempt then
     last.outcome = outcome
@@ -188,11 +178,12 @@ local function close_attempt(run)
   end_attempt(run, run.released == 1 and 'handed_over' or 'expired', run.lease_end_ms)
 end
 
--- An epoch-ms time as Python's datetime.isoformat() prints it in UTC, for
--- the messages of interrupted runs (days to civil date: H. Hinnant).
-local function iso(ms)
-  local secs = math.floor(ms / 1000)
-  local millis = ms - secs * 1000
+-- Why a run is interrupted by the run of `slot_ms` (rules 4 and 11): the
+-- slot as Python's datetime.isoformat() prints it in UTC (days to civil
+-- date: H. Hinnant).
+local function superseded(slot_ms)
+  local secs = math.floor(slot_ms / 1000)
+  local millis = slot_ms - secs * 1000
   local days = math.floor(secs / 86400)
   local rest = secs - days * 86400
   local z = days + 719468
@@ -212,11 +203,7 @@ local function iso(ms)
   if millis > 0 then
     text = text .. string.format('.%06d', millis * 1000)
   end
-  return text .. '+00:00'
-end
-
-local function superseded(slot_ms)
-  return 'superseded: slot ' .. iso(slot_ms) .. ' started first'
+  return 'superseded: slot ' .. text .. '+00:00 started first'
 end
 
 -- End a running run as `status` (its slot moves from running to finished).
@@ -260,7 +247,8 @@ end
 
 -- The request for a manual run stored at `slot`, or nil.
 local function load_request(slot)
-  return load_from(K.requests, slot, decode_request)
+  local raw = redis.call('HGET', K.requests, slot)
+  return raw and decode_request(raw, slot) or nil
 end
 
 -- Store `request` at `slot`.
