@@ -23,8 +23,10 @@ pytestmark = pytest.mark.processes
 
 LEASE_MS = 500
 HEARTBEAT_MS = 100
-#: Slots far enough apart that the first slot's run, its retries and its takeover end before the next.
-EVERY_S = 4.0
+#: Slots far enough apart that the first slot's run and its retries end before the next.
+EVERY_S = 2.5
+#: For the takeover tests: the backup starts (an interpreter) and takes over before the next slot.
+TAKEOVER_EVERY_S = 4.0
 NAMES = ["p1", "p2"]
 #: Room for process scheduling on a busy host, on top of the protocol's bounds.
 MARGIN_MS = 300
@@ -111,17 +113,17 @@ def test_a_runner_stopped_in_a_retry_wait_is_taken_over_from_try_1(
     (attempt 1 handed_over), SIGKILL leaves it to expire (attempt 1 expired); either way the other
     process, started while the run waited (it backs up the unfinished run), runs attempt 2 from
     try 1, and succeeds."""
-    failing = cluster.start("p1", every=EVERY_S, work=0.05, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS,
+    failing = cluster.start("p1", every=TAKEOVER_EVERY_S, work=0.05, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS,
                             retries=2, retry_delay_ms=30_000, fail_tries=1)  # fmt: skip
     retry = cluster.wait_event(
-        lambda e: e["event"] == "retry" and e["runner"] == "p1", timeout=EVERY_S + 10, message="(p1's retry)"
+        lambda e: e["event"] == "retry" and e["runner"] == "p1", timeout=TAKEOVER_EVERY_S + 10, message="(p1's retry)"
     )
     slot = retry["slot_ms"]
-    cluster.start("p2", every=EVERY_S, work=0.05, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS,
+    cluster.start("p2", every=TAKEOVER_EVERY_S, work=0.05, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS,
                   retries=2, retry_delay_ms=30_000)  # fmt: skip
     cluster.wait_for(event="ready", runner="p2", timeout=10)
     store = process_backend.open()
-    assert store.now_ms() < slot + EVERY_S * 1000 - 1_500, "too late for the takeover to come before the next slot"
+    assert store.now_ms() < slot + TAKEOVER_EVERY_S * 1000 - 1_500, "too late for the takeover before the next slot"
     failing.send(signum)
     if signum == signal.SIGTERM:
         cluster.wait_for(event="handover", slot_ms=slot, runner="p1", timeout=5)
