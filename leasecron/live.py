@@ -204,25 +204,25 @@ class LiveRun:
         store, run = self._support.store, self.run
         finish = functools.partial(store.finish, run.job, run.slot_ms, run.token)
         took = self._support.monotonic() - self._began
-        reason = None
-        if self.signal.reason == AbortReason.TIMEOUT:  # whatever the handler did after the limit
-            assert self.job.options.timeout_ms is not None
-            text, reason = timed_out_text(self.job.options.timeout_ms), AbortReason.TIMEOUT
-            log.error("leasecron: failed job %r slot %s attempt %d runner %r after %.3f s: %s", *self._ids, took, text)
-            done = self._record_end(lambda: finish(Status.FAILED, text), Status.FAILED)
-            event = "failed"
-        elif error is not None and self.signal.reason == AbortReason.STOP:
+        timed_out = self.signal.reason == AbortReason.TIMEOUT  # whatever the handler did after the limit
+        reason = AbortReason.TIMEOUT if timed_out else None
+        if error is not None and self.signal.reason == AbortReason.STOP:
             log.debug("leasecron: handing over job %r slot %s attempt %d runner %r: %s", *self._ids, error_text(error))
             done = self._record_end(lambda: store.release(run.job, run.slot_ms, run.token), "released")
             event, text = "handover", None
-        elif error is not None:
-            text = error_text(error)
+        elif error is not None or timed_out:
+            timeout_ms = self.job.options.timeout_ms
+            if timed_out and timeout_ms is not None:
+                text = timed_out_text(timeout_ms)
+            else:
+                assert error is not None
+                text = error_text(error)
             log.error(
                 "leasecron: failed job %r slot %s attempt %d runner %r after %.3f s: %s",
                 *self._ids,
                 took,
                 text,
-                exc_info=None if isinstance(error, Aborted) else error,
+                exc_info=None if timed_out or isinstance(error, Aborted) else error,
             )
             done = self._record_end(lambda: finish(Status.FAILED, text), Status.FAILED)
             event = "failed"
