@@ -8,6 +8,9 @@ lease comparison uses the server's clock and no decision ever spans two
 round trips. Each script tags its branches with the number of the rule of
 the store contract they carry out. A script the server does not know (a restart, ``SCRIPT FLUSH``,
 a failover) answers ``NOSCRIPT``; the store then loads it and calls again.
+A batch of claims (``claim_many``, rule 21) is one pipeline of claim.lua
+calls: one round trip, one per node of a cluster; each call is as atomic as a
+single claim.
 
 Keys. One job's state lives in six keys that share one hash tag, so a
 cluster keeps them on one slot and a script can touch them all::
@@ -44,7 +47,8 @@ harmless:
   of that job, and again after a claim that stored the job's first run (the
   server may have lost its data since: a restart without persistence, a
   failover); ``jobs()`` lists the members that have stored runs. That is one
-  extra round trip per job and process, and per job whose history starts;
+  extra round trip per job and process, and per job whose history starts (a
+  batch adds all its new jobs in one, and all whose history it started in one);
   every other claim, and every heartbeat, finish and release, is one
   ``EVALSHA``.
 * ``controlled``: ``pause`` and ``request_run`` add the job before they
@@ -83,17 +87,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ..controls import JobState, ManualRequest
-from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..errors import ConfigError, StoreError
 from ..runs import Claim, Run
 from ..states import RequestState
 from . import require
 from .base import ClaimRequest, Store
 from .records import new_token
-from .redis_scripts import control_keys, index_member, job_keys, load_scripts, read_index, read_run, read_state, text
+from .redis_server import durability_warnings, server_version, store_error as _store_error
+from .redis_scripts import (
+    control_keys, index_member, job_keys, load_scripts, read_claim, read_index, read_run, read_state, text,
+)  # fmt: skip
 from .urls import masked_url, without_secrets
 
 __all__ = ["RedisStore", "job_keys", "control_keys"]
@@ -216,12 +223,15 @@ class RedisStore(Store):
         """index.lua on the index of pending requests (see the module's docstring)."""
         return self._call(doing, self._scripts["index"], self.client, [self._pending_key], args)
 
-    def _register(self, job: str, again: bool = False) -> None:
-        if job in self._registered and not again:
-            return
-        self._call(f"registering job {job!r}", self.client.sadd, self._jobs_key, job)
-        with self._lock:
-            self._registered.add(job)
+    def _register(self, jobs: Sequence[str], again: bool = False) -> None:
+        """Add ``jobs`` to the jobs set, in one call: those this process has not added yet, or
+        all of them ``again`` (their first run was stored)."""
+        new = list(jobs) if again else [job for job in jobs if job not in self._registered]
+        if new:
+            self._call(f"registering job {new[0]!r}" + ("" if len(new) == 1 else f" and {len(new) - 1} more"),
+                       self.client.sadd, self._jobs_key, *new)  # fmt: skip
+            with self._lock:
+                self._registered.update(new)
 
     # -- the contract (arguments checked by Store) -------------------------------------
 
@@ -230,27 +240,39 @@ class RedisStore(Store):
         return int(seconds) * 1000 + int(micros) // 1000
 
     def _claim(self, request: ClaimRequest) -> Claim:
-        job = request.job
-        self._register(job)
-        args: Tuple[Union[str, int], ...] = (
-            request.slot_ms, new_token() if request.token is None else request.token, request.runner, request.reason,
-            request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap, request.history_size,
-        )  # fmt: skip
-        if request.token is not None:  # a new token for a next attempt, which must not get ``token``
-            args += (new_token(),)
-        reply = self._script("claim", job, *args)
-        outcome, at, raw = reply[:3]
-        first, requested_by, request_state = reply[3:] if len(reply) > 3 else (0, None, "")
-        if first == 1:  # the job's first stored run: make sure jobs() lists it
+        self._register((request.job,))
+        return self._answers([request], [self._script("claim", request.job, *_claim_args(request))])[0]
+
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """One pipeline of claim.lua calls: one round trip, one per node of a cluster."""
+        self._register(list(dict.fromkeys(request.job for request in requests)))
+        script = self._scripts["claim"]
+        calls = [(script.job_keys(self.prefix, request.job), _claim_args(request)) for request in requests]
+        replies = self._call(f"claims of {len(requests)} jobs", script.many, self.client, calls)
+        for request, reply in zip(requests, replies):
+            if isinstance(reply, Exception):
+                raise _store_error(self._redis, reply, f"claim of {request.job!r}") from reply
+        return self._answers(requests, replies)
+
+    def _answers(self, requests: List[ClaimRequest], replies: List[Any]) -> List[Claim]:
+        """The claims claim.lua answered, once the jobs set and the index of requests know what
+        they wrote (see the module's docstring)."""
+        answers, firsts = [], []
+        for request, reply in zip(requests, replies):
+            claim, first, requested_by, state = read_claim(request.job, reply)
+            answers.append(claim)
+            if first:  # the job's first stored run: make sure jobs() lists it
+                firsts.append(request.job)
+            if requested_by is not None:  # the request at the slot is no longer pending
+                self._reindex(request.job, request.slot_ms, requested_by, state)
+        if firsts:
             try:
-                self._register(job, again=True)
-            except StoreError as exc:  # the claim stands; this process registers before its next claim
+                self._register(firsts, again=True)
+            except StoreError as exc:  # the claims stand; this process registers before its next claim
                 with self._lock:
-                    self._registered.discard(job)
-                log.warning("leasecron: could not add job %r to %s (%s); will retry", job, self._jobs_key, exc)
-        if requested_by is not None:  # the request at the slot is no longer pending
-            self._reindex(job, request.slot_ms, text(requested_by), text(request_state))
-        return Claim(text(outcome), None if raw is None else read_run(job, at, raw))
+                    self._registered.difference_update(firsts)
+                log.warning("leasecron: could not add %s to %s (%s); will retry", firsts, self._jobs_key, exc)
+        return answers
 
     def _reindex(self, job: str, slot_ms: int, requested_by: str, state: str) -> None:
         """Mark a request claimed in the index of open requests (it stays there until it expires),
@@ -355,36 +377,18 @@ class RedisStore(Store):
 
     def server_version(self) -> str:
         """The server's kind and version, for example ``Valkey 9.1.2`` or ``Redis 7.0.15``."""
-        info = self._call("reading INFO server", self.client.info, "server")
-        if isinstance(info, dict) and info and all(isinstance(v, dict) for v in info.values()):
-            info = next(iter(info.values()))  # a cluster answers per node: name one
-        if "valkey_version" in info or str(info.get("server_name", "")).lower() == "valkey":
-            return f"Valkey {info.get('valkey_version', info.get('redis_version'))}"
-        return f"Redis {info.get('redis_version')}"
+        return server_version(self._call("reading INFO server", self.client.info, "server"))
 
     def durability_warnings(self) -> List[str]:
         """Warn when the server does not log every write to its append-only file."""
-        info = self._call("reading INFO persistence", self.client.info, "persistence")
-        if isinstance(info, dict) and info and all(isinstance(v, dict) for v in info.values()):
-            nodes = list(info.values())  # a cluster answers per node
-        else:
-            nodes = [info]
-        if any(str(node.get("aof_enabled", "0")) != "1" for node in nodes):
-            return [
-                "the server runs without AOF (appendonly no): a restart forgets every lease and a slot"
-                " can run twice; set appendonly yes and appendfsync always"
-            ]
-        try:
-            fsync = self.client.config_get("appendfsync")
-        except self._redis.exceptions.RedisError:
-            return []  # CONFIG may be disabled (managed servers): AOF is on, its fsync policy unknown
-        values = set(fsync.values()) if isinstance(fsync, dict) else set()
-        if any(text(v) != "always" for v in values if isinstance(v, (str, bytes))):
-            return [
-                "appendfsync is not 'always': a crash of the server's host can lose the last second"
-                " of claims and heartbeats; set appendfsync always"
-            ]
-        return []
+
+        def appendfsync() -> Any:
+            try:
+                return self.client.config_get("appendfsync")
+            except self._redis.exceptions.RedisError:
+                return None  # CONFIG may be disabled (managed servers)
+
+        return durability_warnings(self._call("reading INFO persistence", self.client.info, "persistence"), appendfsync)
 
     def close(self) -> None:
         """Close the client if this store created it (from a URL)."""
@@ -398,21 +402,12 @@ class RedisStore(Store):
         return f"RedisStore({self._label!r}, prefix={self.prefix!r})"
 
 
-def _store_error(redis: Any, exc: Exception, doing: str) -> StoreError:
-    e = redis.exceptions
-    retryable: Tuple[type, ...] = (
-        e.ConnectionError,
-        e.TimeoutError,
-        e.BusyLoadingError,
-        e.ReadOnlyError,
-        e.ClusterDownError,
-        e.TryAgainError,
-        e.MasterDownError,
-    )
-    text = f"Redis {doing}: {type(exc).__name__}: {exc}"
-    if isinstance(exc, (e.AuthenticationError, e.AuthenticationWrongNumberOfArgsError)):
-        # not worth retrying: the same credentials are refused again (redis-py makes it a ConnectionError)
-        return StoreError(f"Redis {doing}: authentication failed: {type(exc).__name__}: {exc}")
-    if isinstance(exc, retryable):
-        return StoreUnavailable(text)
-    return StoreError(text)
+def _claim_args(request: ClaimRequest) -> Tuple[Union[str, int], ...]:
+    """claim.lua's ARGV for ``request`` (see the script's header)."""
+    args: Tuple[Union[str, int], ...] = (
+        request.slot_ms, new_token() if request.token is None else request.token, request.runner, request.reason,
+        request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap, request.history_size,
+    )  # fmt: skip
+    if request.token is not None:  # a new token for a next attempt, which must not get ``token``
+        args += (new_token(),)
+    return args

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
-from ..runs import MAX_ATTEMPTS_KEPT, Run
+from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
 from ..states import RequestState
 from . import require
 from .base import REQUESTS_KEPT
@@ -35,6 +35,7 @@ __all__ = [
     "control_keys",
     "text",
     "read_run",
+    "read_claim",
     "read_state",
     "index_member",
     "read_index",
@@ -99,6 +100,38 @@ class Script:
                 raise
         client.script_load(self.source)
         return client.execute_command(*command)
+
+    def many(self, client: Any, calls: Sequence[Tuple[Sequence[str], Sequence[Union[str, int]]]]) -> List[Any]:
+        """Each of ``calls`` (keys, args) in one pipeline: one round trip (one per node of a
+        cluster), each script atomic on its own; the replies in order, an error in the place of a
+        call that failed. Calls the server answered ``NOSCRIPT`` (it ran nothing for them) are sent
+        again, once the script is loaded."""
+        replies = _pipelined(client, [(self.sha, keys, args) for keys, args in calls])
+        missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
+        if missing:
+            client.script_load(self.source)
+            again = _pipelined(client, [(self.sha, *calls[i]) for i in missing])
+            for i, reply in zip(missing, again):
+                replies[i] = reply
+        return replies
+
+
+def _pipelined(client: Any, calls: Sequence[Tuple[str, Sequence[str], Sequence[Union[str, int]]]]) -> List[Any]:
+    pipe = client.pipeline(transaction=False)
+    # A cluster pipeline of redis-py 8 asks a node for the keys of each EVALSHA (COMMAND GETKEYS,
+    # a round trip per call) unless it is told the node: the node holding the call's first key
+    # (a job's keys share one slot). A call redirected (MOVED) is sent again by slot, as usual.
+    node_of = getattr(client, "get_node_from_key", None)
+    for sha, keys, args in calls:
+        options = {"target_nodes": node_of(keys[0])} if node_of is not None and keys else {}
+        pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args, **options)
+    return list(pipe.execute(raise_on_error=False))
+
+
+def _no_script(reply: Any) -> bool:
+    return isinstance(reply, Exception) and isinstance(
+        reply, require("redis", extra="redis", store="RedisStore").exceptions.NoScriptError
+    )
 
 
 _HELPER = re.compile(r"^local function (\w+)\(", re.M)
@@ -168,6 +201,17 @@ def read_run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]
     if type(data) is not dict:
         raise StoreError(f"{unreadable()}: {shown(data)} is no JSON object")
     return read_record(job, slot_text, data).to_run()
+
+
+def read_claim(job: str, reply: Sequence[Any]) -> Tuple[Claim, bool, Optional[str], str]:
+    """The answer of claim.lua's ``reply``; whether the claim stored the job's first run; the
+    requester of the request whose index entry must change (or None) and its state now."""
+    outcome, at, raw = reply[:3]
+    claim = Claim(text(outcome), None if raw is None else read_run(job, at, raw))
+    if len(reply) == 3:
+        return claim, False, None, ""
+    first, requested_by, state = reply[3:]
+    return claim, first == 1, None if requested_by is None else text(requested_by), text(state or "")
 
 
 def _int(value: object) -> int:

