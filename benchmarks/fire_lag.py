@@ -220,6 +220,19 @@ class CountingStore(DelegatingStore):
             self.won_sent[(request.job, request.slot_ms)] = sent_ns  # the handler's thread starts next
         return claim
 
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """A batch is one store call (one round trip), charged to its slot when all its claims
+        are of one slot (claims due at one instant), as ``claim_many <reason>``."""
+        reasons = {request.reason for request in requests}
+        slots = {request.slot_ms for request in requests}
+        name = f"claim_many {reasons.pop() if len(reasons) == 1 else 'mixed'}"
+        sent_ns = time.time_ns()
+        claims = self._call(name, slots.pop() if len(slots) == 1 else None, partial(self.inner._claim_many, requests))
+        for request, claim in zip(requests, claims):
+            if claim.won:
+                self.won_sent[(request.job, request.slot_ms)] = sent_ns
+        return claims
+
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         call = partial(self.inner._heartbeat, job, slot_ms, token, lease_ms)
         return self._call("heartbeat", slot_ms, call, _answered("heartbeat"))

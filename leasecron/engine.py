@@ -5,23 +5,19 @@
   backup's next check, each live run's lease deadline. It never waits on the
   store: it hands every store call to
 * **the claim pool** (the backup pollers): a few threads that send claims —
-  scheduled, catch-up, takeover and manual — and act on the outcome, and
+  scheduled, catch-up, takeover and manual (:mod:`leasecron.claims`) — and
+  act on the outcome, and
   poll the store for requests of manual runs every ``poll_ms``
   (:mod:`leasecron.manual_runs`);
 * **for each live run a run thread, and a heartbeat loop once it has run for
   a heartbeat** (:mod:`leasecron.live`), on worker threads that are reused
   from run to run and exit when idle (:mod:`leasecron.workers`).
 
-A claim's outcome decides what this instance does: ``won`` starts a live
-run; ``running`` makes it a backup of the run (:mod:`leasecron.backups`),
-re-checked with a takeover claim until the run ends or is won;
-``overlap`` emits ``skip`` and backs up both the other run and the new
-slot (not a manual one: its request was consumed); ``late``, ``early`` and
-``paused`` emit ``skip`` (after ``early`` the clock is re-read and the slot
-claimed again when it is due on the store's clock), except that a manual
-claim's ``late`` means its request expired, which is logged; ``none`` and
-``done`` do nothing. ``remove(job)`` stops all of it for a job; its live
-runs end as usual.
+Claims are sent, gathered into batches where many fall due at once, and acted
+on in :mod:`leasecron.claims`: ``won`` starts a live run here, ``running`` makes
+this instance a backup of the run (:mod:`leasecron.backups`), re-checked with a
+takeover claim until the run ends or is won. ``remove(job)`` stops all of it
+for a job; its live runs end as usual.
 
 On start, each job is recovered (catch-up, :mod:`leasecron.catch_up`): its
 unfinished runs are backed up or taken over, and the latest slot, if it was
@@ -43,19 +39,18 @@ from typing import Callable, Dict, List, Optional, Tuple
 from .clock import ClockSync, StoreClock
 from .controls import ManualRequest
 from .errors import StoreError, StoreUnavailable
-from .events import ClaimText, Emitter, SlotText, error_text, log
+from .events import Emitter, SlotText, error_text, log
 from .jobs import Job
 from .backups import Backups
 from .catch_up import recover
 from .live import LiveRun, RunSupport
 from .manual_runs import RequestPoller
+from .claims import Claims
 from .pool import ClaimPool
-from .retry import call_until
-from .runs import LATE_TOLERANCE_MS, Claim, Run
+from .runs import Run
 from .scheduler import Scheduler
-from .states import AbortReason, Outcome, Reason
+from .states import AbortReason, Reason
 from .stores import Store
-from .stores.records import new_token
 from .workers import Workers
 
 __all__ = ["Engine"]
@@ -66,16 +61,6 @@ IN_FLIGHT_WAIT_S = 0.1
 #: When the store does not answer at start: the first wait before the start-up
 #: (clock, recovery of each job) is tried again, doubled after each failure up to the last.
 BOOT_RETRY_MS = (500, 30_000)
-#: The outcomes of a new claim that emit ``skip`` (the ``reason`` of the event).
-_SKIPS = (Outcome.OVERLAP, Outcome.LATE, Outcome.EARLY, Outcome.PAUSED)
-
-
-class _Stopping(Exception):
-    """A claim's retry found the engine stopping: it is dropped."""
-
-
-class _NotDue(Exception):
-    """A claim chosen by the host's clock is not due yet on the store's, read at last."""
 
 
 class Engine:
@@ -120,7 +105,7 @@ class Engine:
         self._scheduler = scheduler or Scheduler(clock, self._on_task_error)
         self._workers = workers or Workers()
         claims = claims or ThreadPoolExecutor(claim_threads, thread_name_prefix="leasecron-claims")
-        self._claims = ClaimPool(claims, self._on_task_error)
+        self._pool = ClaimPool(claims, self._on_task_error)
         self._clock_sync = ClockSync(clock, runner, self._on_task_error, BOOT_RETRY_MS)
         self._support = RunSupport(  # what the live runs need, and nothing more
             store=store,
@@ -131,13 +116,18 @@ class Engine:
             ended=self._run_ended,
         )
         self._backups = Backups(
-            self._lock, later=self._scheduler.call_later, submit=self._claims.submit,
-            check=lambda job, slot_ms: self._claim(job, slot_ms, Reason.TAKEOVER),
+            self._lock, later=self._scheduler.call_later, submit=self._pool.submit,
+            check=lambda job, slot_ms: self._claims.claim(job, slot_ms, Reason.TAKEOVER),
             may_watch=self._may_back_up, holds=self._holds, now_ms=clock.now_ms,
         )  # fmt: skip
+        self._claims = Claims(
+            store, runner, clock=clock, clock_sync=self._clock_sync, emitter=emitter, scheduler=self._scheduler,
+            pool=self._pool, may_claim=lambda job: not self._stopping and self._active(job),
+            stopping=lambda: self._stopping, start_run=self._start_run, watch=self._backups.watch, jitter=self._jitter,
+        )  # fmt: skip
         self._poller = RequestPoller(
-            store, runner, poll_ms, timers=self._scheduler, monotonic=clock.monotonic, submit=self._claims.submit,
-            jobs=self._jobs.get, claim=self._claim, watch=self._backups.watch, on_error=self._on_task_error,
+            store, runner, poll_ms, timers=self._scheduler, monotonic=clock.monotonic, submit=self._pool.submit,
+            jobs=self._jobs.get, claim=self._claims.claim, watch=self._backups.watch, on_error=self._on_task_error,
         )  # fmt: skip
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -152,7 +142,7 @@ class Engine:
         (catch-up). :meth:`start` without the scheduler thread, for an owner that steps it."""
         with self._lock:
             self._jobs.update((job.name, job) for job in jobs)
-        self._claims.submit(self._boot, jobs)
+        self._pool.submit(self._boot, jobs)
 
     def add(self, job: Job) -> None:
         """Schedule a job registered while running."""
@@ -188,7 +178,7 @@ class Engine:
             live = list(self._live.values())
             self._backups.clear()
             # nothing new is claimed: every claim goes through the claim pool, closed now
-            pending = self._claims.close() if first else []
+            pending = self._pool.close() if first else []
         if not first:
             self._stopped.wait()
             return
@@ -209,7 +199,7 @@ class Engine:
             leftovers = list(self._live.values())
         for run in leftovers:
             run.abandon()
-        self._claims.shutdown()
+        self._pool.shutdown()
         self._workers.close()
         self._stopped.set()
         log.info("leasecron: stopped runner %r", self.runner)
@@ -229,7 +219,7 @@ class Engine:
         wait_ms = self._clock_sync.at_start()
         for job in jobs:
             self._boot_job(job)
-        self._scheduler.call_later(wait_ms, self._claims.submit, self._resync_clock)
+        self._scheduler.call_later(wait_ms, self._pool.submit, self._resync_clock)
         self._poller.start()
 
     def _boot_job(self, job: Job) -> None:
@@ -237,7 +227,7 @@ class Engine:
             return
         slot = job.schedule.next_after(self.clock.now_ms())
         self._scheduler.call_at(slot + self._jitter(job), self._fire, job, slot)
-        self._claims.submit(self._recover, job)
+        self._pool.submit(self._recover, job)
 
     def _recover(self, job: Job, retry_ms: int = BOOT_RETRY_MS[0]) -> None:
         """Catch-up on start; tried again, with backoff, until the store answers."""
@@ -251,102 +241,21 @@ class Engine:
             log.warning(line, job.name, self.runner, why, exc, retry_ms / 1000)
             self._emitter.emit("error", job.name, None, error=error_text(exc))
             next_retry_ms = min(2 * retry_ms, BOOT_RETRY_MS[1])
-            self._scheduler.call_later(retry_ms, self._claims.submit, self._recover, job, next_retry_ms)
+            self._scheduler.call_later(retry_ms, self._pool.submit, self._recover, job, next_retry_ms)
 
     def _catch_up(self, job: Job, slot_ms: int) -> None:
-        self._scheduler.call_later(self._jitter(job), self._claims.submit, self._claim, job, slot_ms, Reason.CATCH_UP)
+        self._scheduler.call_later(self._jitter(job), self._claims.gather, job, slot_ms, Reason.CATCH_UP)
 
     def _fire(self, job: Job, slot_ms: int) -> None:
         """In the scheduler thread, at ``slot_ms`` + jitter: claim it, and plan the next slot."""
         if not self._active(job):
             return
-        self._claims.submit(self._claim, job, slot_ms, Reason.SCHEDULE)
+        self._claims.gather(job, slot_ms, Reason.SCHEDULE)
         following = job.schedule.next_after(slot_ms)
         latest = job.schedule.at_or_before(self.clock.now_ms())
         if latest is not None and latest > following:  # the process stalled: only the latest slot counts
             following = latest
         self._scheduler.call_at(following + self._jitter(job), self._fire, job, following)
-
-    def _claim(self, job: Job, slot_ms: int, reason: Reason, max_late: Optional[int] = None) -> Optional[Claim]:
-        """Send one claim (retried while its answer matters) and act on the outcome."""
-        if self._stopping or not self._active(job):
-            return None
-        opts = job.options
-        if max_late is None:
-            max_late = opts.catch_up_ms if reason == Reason.CATCH_UP else opts.max_late_ms
-        if reason == Reason.TAKEOVER:
-            matters_s = opts.heartbeat_ms / 1000
-        else:
-            matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self.clock.now_ms()) / 1000
-        first = sent = self.clock.monotonic()
-        ids = (job.name, SlotText(slot_ms), self.runner)  # how the log names this claim
-        # One token for every try: a try whose answer was lost may have won; the next try, with
-        # the same token and runner, then wins that same attempt again (with a renewed lease)
-        # instead of finding it running and leaving it to a backup as a dead runner's.
-        token = new_token()
-
-        def once() -> Claim:
-            nonlocal sent
-            if self._stopping:  # a retry after stop(): give up quietly, do not keep calling the store
-                raise _Stopping()
-            # a slot chosen before a (re)sync moved the clock; a manual slot is the store's own "now"
-            if reason != Reason.MANUAL and not self._clock_sync.due(slot_ms):
-                raise _NotDue()
-            sent = self.clock.monotonic()  # the try that wins starts the lease: the local deadline counts from it
-            return self._store.claim(
-                job.name,
-                slot_ms,
-                runner=self.runner,
-                reason=reason,
-                lease_ms=opts.lease_ms,
-                max_attempts=opts.max_attempts,
-                max_late_ms=max_late,
-                overlap=opts.overlap,
-                history_size=opts.history_size,
-                token=token,
-            )
-
-        try:
-            claim = call_until(once, first + max(matters_s, 0.0))
-        except _Stopping:
-            return None
-        except _NotDue:
-            log.info("leasecron: deferred job %r slot %s runner %r (%s): not due on the store's clock", *ids, reason)
-            self._scheduler.call_at(slot_ms + self._jitter(job), self._claims.submit, self._claim, job, slot_ms, reason)
-            return None
-        except Exception as exc:  # noqa: BLE001 - reported; the next slot or check tries again
-            log.error("leasecron: claim failed job %r slot %s runner %r (%s): %s", *ids, reason, exc)
-            self._emitter.emit("error", job.name, slot_ms, reason=reason, error=error_text(exc))
-            return None
-        answered = self.clock.monotonic()
-        outcome = claim.outcome
-        answer = ClaimText(claim, self.clock.now_ms, max_late, reason)
-        if reason == Reason.TAKEOVER:
-            log.debug("leasecron: backup check job %r slot %s runner %r: %s", *ids, answer)
-        elif outcome not in _SKIPS and outcome != Outcome.WON:  # these have lines of their own
-            log.debug("leasecron: claimed job %r slot %s runner %r (%s): %s", *ids, reason, answer)
-        if outcome == Outcome.WON:
-            assert claim.run is not None
-            self._start_run(job, claim.run, sent)
-            self._clock_sync.check_drift(claim.run.lease_end_ms - opts.lease_ms, sent, answered)
-        elif outcome == Outcome.RUNNING:
-            self._backups.watch(job, slot_ms)
-        elif outcome == Outcome.LATE and reason == Reason.MANUAL:
-            log.warning("leasecron: expired job %r slot %s runner %r (%s): %s", *ids, reason, answer)
-        elif outcome in _SKIPS:
-            log.info("leasecron: skipped job %r slot %s runner %r (%s): %s", *ids, outcome, answer)
-            self._emitter.emit("skip", job.name, slot_ms, reason=outcome, run=claim.run)
-            if outcome == Outcome.OVERLAP and claim.run is not None:
-                self._backups.watch(job, claim.run.slot_ms)
-                if reason != Reason.MANUAL:  # a skipped request was consumed: its slot gets no run
-                    self._backups.watch(job, slot_ms)
-            elif outcome == Outcome.EARLY:
-                # our estimate of the store's clock runs ahead (its clock stepped back): re-read
-                # it, and claim the slot again when it is due on the store's clock
-                self._clock_sync.sync()
-                due = max(slot_ms + self._jitter(job), self.clock.now_ms() + opts.heartbeat_ms)
-                self._scheduler.call_at(due, self._claims.submit, self._claim, job, slot_ms, reason)
-        return claim
 
     # -- live runs ---------------------------------------------------------------------------
 
@@ -400,4 +309,4 @@ class Engine:
 
     def _resync_clock(self) -> None:
         """Read the store's clock again, and plan the reading after (:class:`~leasecron.clock.ClockSync`)."""
-        self._scheduler.call_later(self._clock_sync.again(), self._claims.submit, self._resync_clock)
+        self._scheduler.call_later(self._clock_sync.again(), self._pool.submit, self._resync_clock)

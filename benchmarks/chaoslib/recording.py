@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from leasecron import Claim, Run, Store
 from leasecron.stores import ClaimRequest, DelegatingStore
@@ -73,26 +73,34 @@ class RecordingStore(DelegatingStore):
     # -- logged ----------------------------------------------------------------------
 
     def _claim(self, request: ClaimRequest) -> Claim:
-        job, slot_ms, reason = request.job, request.slot_ms, request.reason
+        return self._logged([request], lambda: [self.inner._claim(request)])[0]
+
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        """A batch: one line per claim, each with the times around the whole batch."""
+        return self._logged(requests, lambda: self.inner._claim_many(requests))
+
+    def _logged(self, requests: List[ClaimRequest], call: Callable[[], List[Claim]]) -> List[Claim]:
         t0 = time.monotonic_ns()
         try:
-            claim = self.inner._claim(request)
+            claims = call()
         except Exception as exc:
             t1 = time.monotonic_ns()
-            self._rec.log(
-                "claim", job=job, slot_ms=slot_ms, reason=reason, outcome=None,
-                error=error_text(exc), t0_mono_ns=t0, t1_mono_ns=t1,
-            )  # fmt: skip
+            for request in requests:
+                self._rec.log(
+                    "claim", job=request.job, slot_ms=request.slot_ms, reason=request.reason, outcome=None,
+                    error=error_text(exc), t0_mono_ns=t0, t1_mono_ns=t1,
+                )  # fmt: skip
             raise
         t1 = time.monotonic_ns()
-        run = claim.run
-        if claim.won and run is not None:
-            self._attempts[run.token] = run.attempt
-        self._rec.log(
-            "claim", job=job, slot_ms=slot_ms, reason=reason, outcome=claim.outcome,
-            t0_mono_ns=t0, t1_mono_ns=t1, **_run_fields(run),
-        )  # fmt: skip
-        return claim
+        for request, claim in zip(requests, claims):
+            run = claim.run
+            if claim.won and run is not None:
+                self._attempts[run.token] = run.attempt
+            self._rec.log(
+                "claim", job=request.job, slot_ms=request.slot_ms, reason=request.reason, outcome=claim.outcome,
+                t0_mono_ns=t0, t1_mono_ns=t1, **_run_fields(run),
+            )  # fmt: skip
+        return claims
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         return self._call(

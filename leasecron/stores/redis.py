@@ -81,6 +81,10 @@ a read-only replica and a cluster in reconfiguration raise
 tenacity, only while the answer still matters. Clients the store creates do
 no retries of their own and time out (``socket_timeout``, default 5 s;
 ``socket_connect_timeout``, default 2 s), so a call cannot hang a runner.
+Their connections (per node of a cluster) are a blocking pool of at most
+``max_connections`` (default 64): a call beyond them waits up to
+``socket_timeout`` for one to come free (redis-py's own pool would raise at
+once: a thousand runs ending together must not fail their finishes).
 """
 
 from __future__ import annotations
@@ -96,10 +100,9 @@ from ..runs import Claim, Run
 from ..states import RequestState
 from . import require
 from .base import ClaimRequest, Store
-from .records import new_token
 from .redis_server import durability_warnings, server_version, store_error as _store_error
 from .redis_scripts import (
-    control_keys, index_member, job_keys, load_scripts, read_claim, read_index, read_run, read_state, text,
+    claim_args, control_keys, index_member, job_keys, load_scripts, read_claim, read_index, read_run, read_state, text,
 )  # fmt: skip
 from .urls import masked_url, without_secrets
 
@@ -113,6 +116,8 @@ URL_SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys
 #: Timeouts (seconds) of the clients the store creates; a URL may set others.
 DEFAULT_SOCKET_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 2.0
+#: Connections of a client the store creates (per node of a cluster); more calls wait for one.
+DEFAULT_MAX_CONNECTIONS = 64
 
 _load_scripts = load_scripts  # the name the script tests use
 
@@ -184,14 +189,20 @@ class RedisStore(Store):
         options: Dict[str, Any] = {
             "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
             "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+            "connection_pool_class": redis.BlockingConnectionPool,
+            "max_connections": DEFAULT_MAX_CONNECTIONS,
         }
         options.update(client_options)
+        # the wait for a free connection: as long as a call may take, the URL's socket_timeout if it has one
+        wait = query.get("socket_timeout", [""])[-1]
+        options.setdefault("timeout", float(wait) if wait.replace(".", "", 1).isdigit() else options["socket_timeout"])
         try:
             if cluster in ("true", "1", "yes"):
                 client = redis.cluster.RedisCluster.from_url(target, **options)
             else:
                 options.setdefault("retry", redis.retry.Retry(redis.backoff.NoBackoff(), 0))
-                client = redis.Redis.from_url(target, **options)
+                pool = options.pop("connection_pool_class").from_url(target, **options)  # Redis.from_url takes no class
+                client = redis.Redis.from_pool(pool)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"bad Redis URL {shown!r}: {without_secrets(str(exc), url)}") from exc
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
@@ -241,13 +252,13 @@ class RedisStore(Store):
 
     def _claim(self, request: ClaimRequest) -> Claim:
         self._register((request.job,))
-        return self._answers([request], [self._script("claim", request.job, *_claim_args(request))])[0]
+        return self._answers([request], [self._script("claim", request.job, *claim_args(request))])[0]
 
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
         """One pipeline of claim.lua calls: one round trip, one per node of a cluster."""
         self._register(list(dict.fromkeys(request.job for request in requests)))
         script = self._scripts["claim"]
-        calls = [(script.job_keys(self.prefix, request.job), _claim_args(request)) for request in requests]
+        calls = [(script.job_keys(self.prefix, request.job), claim_args(request)) for request in requests]
         replies = self._call(f"claims of {len(requests)} jobs", script.many, self.client, calls)
         for request, reply in zip(requests, replies):
             if isinstance(reply, Exception):
@@ -400,14 +411,3 @@ class RedisStore(Store):
 
     def __repr__(self) -> str:
         return f"RedisStore({self._label!r}, prefix={self.prefix!r})"
-
-
-def _claim_args(request: ClaimRequest) -> Tuple[Union[str, int], ...]:
-    """claim.lua's ARGV for ``request`` (see the script's header)."""
-    args: Tuple[Union[str, int], ...] = (
-        request.slot_ms, new_token() if request.token is None else request.token, request.runner, request.reason,
-        request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap, request.history_size,
-    )  # fmt: skip
-    if request.token is not None:  # a new token for a next attempt, which must not get ``token``
-        args += (new_token(),)
-    return args

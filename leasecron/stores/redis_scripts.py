@@ -25,7 +25,8 @@ from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
 from ..states import RequestState
 from . import require
 from .base import REQUESTS_KEPT
-from .records import read_record
+from .claim_request import ClaimRequest
+from .records import new_token, read_record
 from .templates import read_text, render
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "control_keys",
     "text",
     "read_run",
+    "claim_args",
     "read_claim",
     "read_state",
     "index_member",
@@ -201,6 +203,17 @@ def read_run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]
     if type(data) is not dict:
         raise StoreError(f"{unreadable()}: {shown(data)} is no JSON object")
     return read_record(job, slot_text, data).to_run()
+
+
+def claim_args(request: ClaimRequest) -> Tuple[Union[str, int], ...]:
+    """claim.lua's ARGV for ``request`` (see the script's header)."""
+    args: Tuple[Union[str, int], ...] = (
+        request.slot_ms, new_token() if request.token is None else request.token, request.runner, request.reason,
+        request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap, request.history_size,
+    )  # fmt: skip
+    if request.token is not None:  # a new token for a next attempt, which must not get ``token``
+        args += (new_token(),)
+    return args
 
 
 def read_claim(job: str, reply: Sequence[Any]) -> Tuple[Claim, bool, Optional[str], str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 import uuid
 from datetime import datetime, timezone
@@ -1057,3 +1058,34 @@ def test_a_failed_index_write_fails_request_run_and_a_failed_removal_leaves_the_
     finally:
         client.delete(pending)
         client.close()
+
+
+def test_hundreds_of_calls_at_once_wait_for_a_connection_instead_of_failing(redis_like: Backend) -> None:
+    """400 threads claim and finish at once through one store made from a URL: its client holds at
+    most 64 connections (per node) and the calls beyond them wait for one, so none fails (redis-py's
+    own pool, of 100, raised MaxConnectionsError at the 101st)."""
+    store = redis_like.open()
+    assert isinstance(store, RedisStore)
+    pool = store.client.connection_pool
+    assert isinstance(pool, redis.BlockingConnectionPool) and pool.max_connections == 64
+    slot = recent_second(store)
+    errors: List[BaseException] = []
+    start = threading.Barrier(400)
+
+    def claim_and_finish(i: int) -> None:
+        try:
+            start.wait(10)
+            run = store.claim(f"job-{i}", slot, runner="r", lease_ms=LONG).run
+            assert run is not None and store.finish(run.job, slot, run.token, "success")
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim_and_finish, args=(i,)) for i in range(400)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert len(store.jobs()) == 400
+    assert len(pool._connections) <= 64  # type: ignore[attr-defined]
+    store.close()
