@@ -84,11 +84,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import math
 import os
 import queue
-import signal
 import statistics
 import subprocess
 import sys
@@ -99,10 +97,10 @@ from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import partial
-from types import FrameType
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 from urllib.parse import urlsplit
 
+from peerslib.child import ControlPipe, stop_on_signals
 from store_ops import (
     CallCounter,
     bare_round_trip,
@@ -265,34 +263,6 @@ def _answered(op: str) -> Callable[[bool], str]:
     return lambda ok: f"{op} -> {'ok' if ok else 'refused'}"
 
 
-class ControlPipe:
-    """The parent's side of the conversation, read from stdin by a daemon thread.
-
-    The first line is the control message (JSON); end of file (the parent
-    closed the pipe or died) sets ``stop``, as SIGTERM and SIGINT do.
-    """
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self._messages: "queue.Queue[Dict[str, Any]]" = queue.Queue()
-        threading.Thread(target=self._read, name="control-pipe", daemon=True).start()
-
-    def _read(self) -> None:
-        for line in sys.stdin:
-            if line.strip():
-                self._messages.put(json.loads(line))
-        self.stop.set()
-
-    def first(self) -> Optional[Dict[str, Any]]:
-        """The control message, or None if told to stop first."""
-        while not self.stop.is_set():
-            try:
-                return self._messages.get(timeout=0.1)
-            except queue.Empty:
-                continue
-        return None
-
-
 def tell_parent(ev: str, **fields: Any) -> None:
     """One JSON line on stdout, the instance's side of the conversation."""
     sys.stdout.write(json.dumps({"ev": ev, **fields}) + "\n")
@@ -396,14 +366,7 @@ def write_output(path: str, runner: str, store: CountingStore, recorder: Recorde
 def instance_main(args: argparse.Namespace) -> int:
     """One instance process: say it is up, get the first slot, register the jobs and start;
     measure the window; on end of stdin (or SIGTERM/SIGINT) stop and write ``--out``."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Optional[FrameType]) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     pipe = ControlPipe(stop)
     real = open_store(args.store)
     wire = CallCounter(real)  # store_ops.py's count at the client: Redis commands, SQL statements, SQLite BEGINs

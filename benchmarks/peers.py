@@ -1,17 +1,24 @@
-"""leasecron beside APScheduler 3: the same job on 3 processes sharing one store, runs per slot and fire lag.
+"""leasecron beside its peers: runs per slot and fire lag beside APScheduler 3 and 4, recovery after a SIGKILL
+beside APScheduler 4 and celery beat with RedBeat.
 
-    python benchmarks/peers.py [--slots 30] [--instances 3] [--pg URL] [--json PATH]
+    python benchmarks/peers.py [--slots 30] [--instances 3] [--pg URL] [--redis URL] [--lease S]
+                               [--recovery-deadline 90] [--no-recovery] [--venv-dir DIR] [--json PATH]
 
-What it measures. Four systems run side by side, at the same time, each on
-``--instances`` OS processes (default 3) of its own, each process holding the
-same one job that fires every second:
+Two measurements, one after the other. In each, every system runs at the
+same time, on this machine, each on ``--instances`` OS processes (default 3)
+of its own, and each beside leasecron on the same store.
+
+The table: runs per slot and fire lag
+=====================================
+
+Six systems, each process holding the same one job that fires every second:
 
 1. **leasecron on SQLite**: a temporary SQLite file; each process is
    ``fire_lag.py``'s instance (``LeaseCron(store, runner="i<n>",
    jitter_ms=0)``, the library's other defaults, the job added as
    ``cron.add_job(handler, 1, name="job0")``: 1 s, an interval aligned to the
    Unix epoch);
-2. **APScheduler on SQLite**: in each process a ``BackgroundScheduler(
+2. **APScheduler 3 on SQLite**: in each process a ``BackgroundScheduler(
    jobstores={"default": SQLAlchemyJobStore(url="sqlite:///<the same file>",
    tablename="aps_bench_<random>")}, timezone=UTC)`` and, as every process of
    a service does on start, ``scheduler.add_job(tick, "cron", second="*",
@@ -20,28 +27,53 @@ same one job that fires every second:
    ``"interval"`` trigger would start from the moment it was added); the
    scheduler's defaults otherwise (``misfire_grace_time=1``, ``coalesce=True``,
    ``max_instances=1``);
-3. **leasecron on PostgreSQL** (``--pg``, default
+3. **APScheduler 4 on SQLite** (4.0.0a6, the newest release, a pre-release):
+   in each process a ``Scheduler(SQLAlchemyDataStore("sqlite:///<the same
+   file>"), RedisEventBroker(<--redis>, channel=<the run's own>))`` with the
+   library's defaults otherwise (``lease_duration`` 30 s; the task's
+   ``max_running_jobs=1``, ``misfire_grace_time=None``) and, on start,
+   ``scheduler.add_schedule(tick, CronTrigger(second="*", start_time=<the
+   first slot>, timezone=UTC), id="tick")`` (the default ``conflict_policy``:
+   the first process adds it, the others find it). APScheduler 4 needs an
+   event broker shared by all schedulers as soon as several share a data
+   store (it wakes them to acquire new jobs); SQLite has none, so the local
+   Redis serves. ``start_time``: 4.0.0a6's ``CronTrigger`` keeps the
+   sub-second part of its start time (default: now), so without it the job
+   fires at that fraction of every second, not on the whole seconds;
+4. **leasecron on PostgreSQL** (``--pg``, default
    ``postgresql://127.0.0.1:5432/test``): a schema of its own, made and
    dropped by ``store_ops.postgres_bench_store``;
-4. **APScheduler on PostgreSQL**: ``SQLAlchemyJobStore(url=
+5. **APScheduler 3 on PostgreSQL**: ``SQLAlchemyJobStore(url=
    "postgresql+psycopg2://…", tablename="aps_bench_<random>")`` in that same
-   schema.
+   schema;
+6. **APScheduler 4 on PostgreSQL**: ``SQLAlchemyDataStore(
+   "postgresql+psycopg://…", schema="leasecron_peers_<pid>_aps4")`` (a schema
+   of its own on the same server: its table names are fixed) and
+   ``PsycopgEventBroker`` (``LISTEN``/``NOTIFY``) on the same server.
 
-``--pg ''``, a PostgreSQL that does not answer, or no psycopg2: the two
-PostgreSQL systems are left out, and a line says so.
+APScheduler 3 and 4 are one distribution (``apscheduler``): APScheduler 4
+runs from a virtual environment of its own, made on first use in the cache
+directory (``--venv-dir``, default ``~/.cache/leasecron-peers``; see
+``peerslib/venvs.py``), as is celery with celery-redbeat. Their versions are
+printed. ``--pg ''``, a PostgreSQL that does not answer, or no psycopg2: the
+PostgreSQL systems are left out; ``--redis ''`` or a Redis that does not
+answer: APScheduler 4 on SQLite (and, below, the systems on Redis); an
+environment that could not be made (no package index): its systems. A line
+says which, and why.
 
-Every process of the four systems starts; once all are up the window is
+Every process of the six systems starts; once all are up the window is
 chosen: the ``--slots`` whole seconds (default 30) starting a little over 2 s
 later. Each handler does one thing, note ``time.time_ns()`` as it starts.
-leasecron hands its handler the slot (``ctx.slot_ms``). APScheduler does not
-hand the job its scheduled time: the job returns its start time, and the
-``EVENT_JOB_EXECUTED`` event that follows carries both that return value and
-the ``scheduled_run_time`` of the run, which is the slot (no rounding of the
-start time is needed, and a run that starts more than a second late still
-counts for its own slot). The processes stop a few seconds after the last
-slot (later if a leasecron run of the window has not finished by then).
+leasecron hands its handler the slot (``ctx.slot_ms``); so does APScheduler 4
+(``apscheduler.current_job.get().scheduled_fire_time``). APScheduler 3 does
+not: the job returns its start time, and the ``EVENT_JOB_EXECUTED`` event
+that follows carries both that return value and the ``scheduled_run_time``
+of the run, which is the slot (no rounding of the start time is needed, and
+a run that starts more than a second late still counts for its own slot).
+The processes stop a few seconds after the last slot (later if a leasecron
+run of the window has not finished by then).
 
-How to read the output. One row per system:
+How to read the table. One row per system:
 
 * **slots with n runs**: of the window's slots, how many ran 0, 1, 2, 3 or
   more times across the system's processes; ``mean`` runs per slot; ``runs``
@@ -55,34 +87,116 @@ How to read the output. One row per system:
   together, in % of one core (leasecron's are ``fire_lag.py`` instances,
   which also count their store calls).
 
-Below the table: the runs per process, and the events seen (APScheduler's
+Below the table: the runs per process, and the events seen (APScheduler 3's
 ``missed``: a run more than ``misfire_grace_time`` late, skipped;
 ``max_instances``: a run skipped because the previous one still ran;
-leasecron's ``skip``, ``lost``, ``failed``, ``error``, ``handover``).
+APScheduler 4's jobs its scheduler released with another outcome than
+``success``, such as ``missed_start_deadline``; leasecron's ``skip``,
+``lost``, ``failed``, ``error``, ``handover``).
 
-APScheduler's behaviour, and why. A ``SQLAlchemyJobStore`` shares the job
-*definitions*: one row per job id with its pickled state and its
-``next_run_time``. Each process's scheduler wakes at the earliest
+The APSchedulers' behaviour, and why. APScheduler 3's ``SQLAlchemyJobStore``
+shares the job *definitions*: one row per job id with its pickled state and
+its ``next_run_time``. Each process's scheduler wakes at the earliest
 ``next_run_time``, reads the jobs due (``next_run_time <= now``), hands them
 to its own executor, and then writes the next run time back. Nothing marks a
 slot as taken by a process: every scheduler that reads the row before
 another one has written the next run time runs the job too. As all of them
 wake at the same instant (the next run time is the same for all), a slot
 runs on one, two or all of them, depending on how their reads and writes
-interleave. leasecron claims each slot in the store: one process wins the
-claim and runs it.
+interleave. APScheduler 4 does mark what it takes: a scheduler *acquires* a
+due schedule (``acquired_by``, ``acquired_until``: a lease on its row),
+makes a job of the fire time, releases the schedule with its next fire
+time; the schedulers then acquire the job the same way, one of them runs it.
+On PostgreSQL the reads that choose the rows are ``SELECT … FOR UPDATE SKIP
+LOCKED``; SQLite has no row locks (SQLAlchemy drops ``FOR UPDATE`` there),
+and several schedulers can acquire the same job: APScheduler 4's
+``SQLAlchemyDataStore`` warns against SQLite shared by several schedulers
+(its issue #959). leasecron claims each slot in the store, atomically: one
+process wins the claim and runs it.
 
-Clean-up: the temporary directory (the SQLite file in it), the PostgreSQL
-schema (when made here) and APScheduler's tables are removed at the end, also
-after an error, Ctrl-C or SIGTERM; every process is stopped (its control pipe
-closed, then SIGTERM, then SIGKILL after a deadline). A SIGKILL of this script
-leaves the schema behind (``DROP SCHEMA leasecron_peers_<pid> CASCADE``); its
-processes notice the closed pipe and stop on their own.
+Recovery after a SIGKILL
+========================
 
-APScheduler 3 and SQLAlchemy are benchmark-only dependencies:
-``pip install 'leasecron[peers]'``. The parts (the APScheduler process, the
-systems and their namespaces, the figures) are in ``benchmarks/peerslib/``;
-this file runs them side by side.
+Then (unless ``--no-recovery``) a second run, every system at once again,
+each on ``--instances`` processes of its own, in namespaces of its own (see
+``peerslib/recovery.py``), and one SIGKILL per system:
+
+* **leasecron** on Redis (``--redis``), on PostgreSQL and on SQLite: a job
+  that fires once a minute at the chosen slot's second (``"* * * * *
+  <s>"``, ``catch_up_ms=0`` so that the previous minute's slot is not run on
+  start), whose handler runs 5 s; the library's default lease
+  (``lease_ms=30_000``, ``heartbeat_ms=5_000``). At the slot one process wins
+  the claim and starts the handler; the others get ``running`` and become
+  its backups. 1 s into the run its process is SIGKILLed. Its lease runs out
+  ``lease_ms`` after its last heartbeat, and a backup, re-checking every 1-2
+  heartbeats, takes the run over: its handler starts with reason
+  ``takeover``, attempt 2. Expect ``lease_ms`` less up to one heartbeat plus
+  up to two: 25-40 s with the defaults;
+* **celery beat + RedBeat** on Redis (celery 5, celery-redbeat): ``celery
+  beat -S redbeat.RedBeatScheduler`` processes (``peerslib/redbeat_beat.py``)
+  with one ``beat_schedule`` entry every second, sent to a queue of the run's
+  own (no worker: sending is beat's part). The first process to take
+  RedBeat's lock sends the beats; the others wait for the lock. 1 s after the
+  slot the process that sent the latest beat is SIGKILLed; its lock expires
+  ``redbeat_lock_timeout`` after its last extension (every tick), and a
+  standby, retrying every ``beat_max_loop_interval``, takes it and sends the
+  next beat. RedBeat's default lock timeout is 5 x ``beat_max_loop_interval``,
+  which with celery's default 300 s is 1,500 s (25 minutes; that long beat
+  sends nothing after its holder dies): too long to wait for here, so the
+  lock timeout is set to leasecron's default lease, 30 s, and the loop
+  interval to the 6 s from which RedBeat's rule makes it (both printed);
+* **APScheduler 4** on PostgreSQL and on SQLite: the once-a-minute job
+  (``CronTrigger(second=<s>)``) with the 5-s handler, ``lease_duration`` its
+  default (30 s). The process that runs it is SIGKILLed 1 s into it. What
+  follows, in 4.0.0a6: the killed job stays acquired by the dead scheduler;
+  once its lease has run out another scheduler may acquire it again, but the
+  task's ``running_jobs`` counter, raised when the job was acquired, is only
+  lowered when a job is released, and with the task's default
+  ``max_running_jobs=1`` no job of the task is acquired while it says 1:
+  neither the killed job nor the next minute's. Only ``cleanup()`` releases
+  an expired job (as ``abandoned``, not run again), and the synchronous
+  ``Scheduler`` runs no periodic clean-up (it passes ``cleanup_interval=None``).
+  So, as long as that holds: "no takeover within N s", and what its tables
+  hold then is printed.
+
+``--lease S`` gives every system of the recovery run the same lease of S
+seconds: leasecron's ``lease_ms`` (``heartbeat_ms`` stays its default,
+``min(5 s, lease / 6)``), APScheduler 4's ``lease_duration``, RedBeat's lock
+timeout (and a loop interval of S / 5). ``--recovery-deadline`` (default
+90 s, longer than the next minute's slot) is how long after its kill a system
+is given to recover.
+
+How to read the recovery table. One row per system: its lease (or lock) as
+it ran, the process killed (``i<n>``: its index among the system's
+processes), **recovered after**: the seconds from the SIGKILL (this host's
+clock, just before ``os.kill``) to the next handler start on another process
+(for RedBeat: the next beat sent by another process), or "no takeover within
+N s"; the process that recovered; and **x leasecron**: that time divided by
+leasecron's on the same store (``>`` when the system did not recover: the
+deadline divided by leasecron's time, a lower bound). Below it, per system,
+what ran again (the killed run taken over, the killed job run again, the
+schedule's next job, the next beat) and notes: when RedBeat's standby got the
+lock, a slot that several processes started before the kill, what
+APScheduler 4's tables hold when it did not recover.
+
+Clean-up: the temporary directory (the SQLite files in it), the PostgreSQL
+schemas (when made here: ``leasecron_peers_<pid>``, ``…_aps4``,
+``leasecron_peersrec_<pid>``, ``…_aps4``), APScheduler 3's tables, the Redis
+keys (leasecron's jobs under the prefix ``leasecron_peers_<pid>``, and every
+key naming ``leasecron_peers_<pid>_redbeat``: RedBeat's schedule, entries and
+lock, the queue and kombu's bindings) are removed at the end, also after an
+error, Ctrl-C or SIGTERM; every process is stopped (its control pipe closed,
+then SIGTERM, then SIGKILL after a deadline). A SIGKILL of this script
+leaves the schemas and keys behind (``DROP SCHEMA … CASCADE``; the keys
+named above); its processes notice the closed pipe and stop on their own.
+The peers' environments stay in the cache directory, to be reused.
+
+The peers stay out of leasecron's dependencies: APScheduler 3, SQLAlchemy,
+psycopg2 and redis-py come with ``pip install 'leasecron[peers]'``;
+APScheduler 4, celery and celery-redbeat live only in their environments
+(``peerslib/venvs.py``). The parts (the processes, the systems and their
+namespaces, the figures, the recovery) are in ``benchmarks/peerslib/``; this
+file runs them side by side.
 """
 
 from __future__ import annotations
@@ -99,13 +213,13 @@ from contextlib import ExitStack
 from typing import Any, Dict, List, Optional
 
 from fire_lag import READY_TIMEOUT_S, WINDOW_LEAD_MS, InstanceReport, Instances, read_report, utc
-from peerslib import LEASECRON_JOB, say
+from peerslib import APSCHEDULER4, LEASECRON_JOB, say
+from peerslib import recovery, recovery_run, report, venvs
 from peerslib.aps_process import aps_instance_main
 from peerslib.figures import compare, figures_of, print_table
-from peerslib.systems import WORKLOADS, System, open_systems, peer_versions
+from peerslib.systems import System, open_systems, peer_versions, redis_unreachable
 from store_ops import exit_on_sigterm
 
-import leasecron
 
 #: The first slot of the window comes at least this long after every process is up.
 LEAD_MS = 2_000
@@ -197,39 +311,34 @@ def leasecron_finished(systems: List[System], window: List[int]) -> bool:
     return True
 
 
-def print_header(args: argparse.Namespace, made: Dict[str, Any], versions: Dict[str, str], window: List[int]) -> None:
-    """The versions, the machine, and the workload."""
-    stores = f"SQLite {made['SQLite']}" + (f", {made['PostgreSQL']}" if "PostgreSQL" in made else "")
-    print(f"leasecron {leasecron.__version__}, APScheduler {versions['APScheduler']},"
-          f" SQLAlchemy {versions['SQLAlchemy']}; {stores}")  # fmt: skip
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {os.cpu_count()} cores, load {load}, Python {sys.version.split()[0]},"
-          f" niceness {os.getpriority(os.PRIO_PROCESS, 0)}")  # fmt: skip
-    if "pg_skipped" in made:
-        print(f"PostgreSQL left out ({made['pg_skipped']}): its two systems are not measured")
-    print(f"{args.instances} processes per system, all systems at once; {len(window)} slots,"
-          f" {utc(window[0])} to {utc(window[-1])} UTC; each process:")  # fmt: skip
-    for name, workload in WORKLOADS.items():
-        print(f"  {name}: {workload}")
-    print("the handler notes time.time_ns() and returns; APScheduler's slot: the scheduled_run_time of the"
-          " EVENT_JOB_EXECUTED event of its run (the job is not given it)")  # fmt: skip
-    print()
-
-
 # ===================================================================================
 # main
 # ===================================================================================
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    """The command line; ``--instance`` and the options after it are for the APScheduler processes."""
+    """The command line; ``--instance``, ``--recovery-instance`` and the options after them are for the processes."""
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--slots", type=int, default=30, help="slots in the measured window (default 30)")
     p.add_argument("--instances", type=int, default=3, help="processes per system (default 3)")
     p.add_argument("--pg", default="postgresql://127.0.0.1:5432/test",
                    help="PostgreSQL URL (default postgresql://127.0.0.1:5432/test; '' leaves PostgreSQL out)")
+    p.add_argument("--redis", default="redis://127.0.0.1:6379/0",
+                   help="Redis URL (default redis://127.0.0.1:6379/0; '' leaves out the systems that need it)")
+    p.add_argument("--venv-dir", default=venvs.default_dir(),
+                   help=f"where the peers' environments are made and kept (default {venvs.default_dir()})")
+    p.add_argument("--lease", type=float, metavar="S",
+                   help="recovery: every system's lease (lock) in seconds (default: leasecron's and APScheduler 4's"
+                        " own, 30 s; RedBeat's lock 30 s)")
+    p.add_argument("--recovery-deadline", type=float, default=90.0, metavar="S",
+                   help="recovery: give up on a system this long after its kill (default 90)")
+    p.add_argument("--no-recovery", action="store_true", help="only the table, no recovery measurement")
     p.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     hidden = argparse.SUPPRESS
+    p.add_argument("--recovery-instance", action="store_true", help=hidden)
+    p.add_argument("--store", help=hidden)
+    p.add_argument("--lease-ms", type=int, default=0, help=hidden)
+    p.add_argument("--hold-s", type=float, default=recovery.HOLD_S, help=hidden)
     p.add_argument("--instance", action="store_true", help=hidden)
     p.add_argument("--aps-url", help=hidden)
     p.add_argument("--table", help=hidden)
@@ -239,43 +348,59 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.slots < 1 or args.instances < 1:
         p.error("--slots and --instances must be at least 1")
+    if (args.lease is not None and args.lease < 1) or args.recovery_deadline <= 0:
+        p.error("--lease must be at least 1 s and --recovery-deadline positive")
     return args
 
 
 def main() -> int:
-    """The benchmark (or, with ``--instance``, one APScheduler process); 1 if a process failed."""
+    """The benchmark (or, with ``--instance``/``--recovery-instance``, one process); 1 if a process failed."""
     args = parse_args()
     if args.instance:
         return aps_instance_main(args)
+    if args.recovery_instance:
+        return recovery.instance_main(args)
     exit_on_sigterm()
     versions = peer_versions()
+    made: Dict[str, Any] = {"venvs": {}, "left_out": {}}
+    envs = report.peers_environments(args, made)
+    redis_url = args.redis
+    why = "--redis ''" if not redis_url else redis_unreachable(redis_url)
+    if why is not None:
+        made["left_out"]["Redis"] = why
+        redis_url = ""
+    recovered: List[recovery_run.Recovery] = []
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp, ExitStack() as stack:
-        systems, made = open_systems(stack, tmp, args.pg)
-        if "pg_skipped" in made:
-            say(f"PostgreSQL left out: {made['pg_skipped']}")
+        made["Redis"] = report.redis_version(redis_url) if redis_url else None
         try:
+            systems, table_made = open_systems(stack, tmp, args.pg, redis_url, envs.get(APSCHEDULER4))
+            made.update({k: v for k, v in table_made.items() if k != "left_out"})
+            made["left_out"].update(table_made["left_out"])
+            if "pg_skipped" in made:
+                say(f"PostgreSQL left out: {made['pg_skipped']}")
             outcome = run_side_by_side(systems, args.instances, args.slots, tmp)
+            rows = [figures_of(system, outcome.reports[system.label], outcome.slots) for system in systems]
+            compare(rows)
+            if not args.no_recovery:
+                pg = "" if "pg_skipped" in made else args.pg
+                contenders, made["recovery"] = recovery.open_contenders(stack, tmp, pg, redis_url, envs, args.lease)
+                made["left_out"].update(made["recovery"]["left_out"])
+                say(f"recovery: each system's processes start; one is killed; deadline {args.recovery_deadline:g} s")
+                recovered = recovery_run.run_recovery(contenders, args.instances, args.recovery_deadline, tmp)
         except RuntimeError as exc:
             print(f"peers: a process failed: {exc}", file=sys.stderr)
             return 1
-        rows = [figures_of(system, outcome.reports[system.label], outcome.slots) for system in systems]
-        compare(rows)
         say("cleaning up")
-    print_header(args, made, versions, outcome.slots)
+    report.print_header(args, made, versions, outcome.slots)
     print_table(rows)
     for note in outcome.notes:
         print(f"note: {note}")
+    if recovered:
+        print()
+        recovery_run.print_recovery(recovered, args.instances)
     sys.stdout.flush()
     if args.json:
-        figures = {
-            "machine": {"cores": os.cpu_count(), "load": list(os.getloadavg()), "python": sys.version.split()[0],
-                        "niceness": os.getpriority(os.PRIO_PROCESS, 0)},
-            "versions": {"leasecron": leasecron.__version__, **versions, "SQLite": made["SQLite"],
-                         "PostgreSQL": made.get("PostgreSQL")},
-            "workload": {"processes_per_system": args.instances, "slots": args.slots,
-                         "first_slot_ms": outcome.slots[0], **WORKLOADS},
-            "made": made, "systems": [dataclasses.asdict(row) for row in rows], "notes": outcome.notes,
-        }  # fmt: skip
+        figures = report.figures_json(args, made, versions, outcome.slots, rows, recovered, outcome.notes)
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(figures, out, indent=2)
     return 0

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import signal
 import threading
 import time
 from collections import Counter
 from datetime import timezone
-from types import FrameType
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
-from fire_lag import WINDOW_LEAD_MS, ControlPipe, cpu_seconds, tell_parent, wait_until_store_ms
+from fire_lag import WINDOW_LEAD_MS, cpu_seconds, tell_parent, wait_until_store_ms
+from .child import ControlPipe, stop_on_signals
 
 from leasecron import MemoryStore
 from leasecron.clock import StoreClock
@@ -99,14 +97,7 @@ def cpu_over(window: List[int], stop: threading.Event) -> Dict[str, Any]:
 def aps_instance_main(args: argparse.Namespace) -> int:
     """One APScheduler process: connect, say it is up; when told the window add the job and start;
     on end of stdin (or SIGTERM/SIGINT) shut the scheduler down and write ``--out``."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Optional[FrameType]) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     pipe = ControlPipe(stop)
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
