@@ -10,7 +10,10 @@ yet (``none``), while the slot may still be claimed (until ``max_late_ms`` +
 10 s after it). A check that wins starts a live run here (the engine's claim
 path does that); ``done``, or the run held by this instance itself, ends the
 backup. So a run whose runner died is taken over within two heartbeats of its
-lease's end.
+lease's end. A backup ends without a check, too, once a later slot of the job
+is found run (not by a manual claim) under ``overlap="skip"``: the earlier
+runs cannot be taken over any more, and a job that runs more often than its
+backups check costs the losers of its claims no check at all.
 """
 
 from __future__ import annotations
@@ -75,6 +78,15 @@ class Backups:
         """Stop backing up the run ``key`` (it is live here now)."""
         with self._lock:
             self._keys.discard(key)
+
+    def forget_before(self, name: str, slot_ms: int) -> None:
+        """Stop backing up the runs and slots of the job ``name`` before ``slot_ms``: a run of
+        ``slot_ms`` started, not by a manual claim, under ``overlap="skip"``, so every earlier
+        run had ended or was marked interrupted then (rules 10 and 11), and no earlier slot can
+        be claimed any more (rules 4 and 9): a check would only answer ``done``, ``none`` or
+        ``late``."""
+        with self._lock:
+            self._keys = {key for key in self._keys if key[0] != name or key[1] >= slot_ms}
 
     def forget_job(self, name: str) -> None:
         """Stop backing up every run of the job ``name``."""

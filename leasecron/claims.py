@@ -17,10 +17,16 @@ means its request expired, which is logged; ``none`` and ``done`` do nothing.
 slots of many jobs fall due at one instant, the scheduler thread hands each to
 :meth:`Claims.gather` instead of the pool; after the entries due in that same pass (the first
 gathered claim plans a flush at delay 0, which the scheduler runs after its entries that are
-due already), the gathered claims go to the pool, whose threads send them as batches of up
-to :data:`BATCH_MAX`: one round trip per batch instead of one per claim (a
-job's later slot, after a stall, goes in a later batch, as it would come
-later alone). A claim gathered
+due already), the gathered claims go to the pool, whose threads send them as batches: one
+round trip per batch instead of one per claim. The claims are spread evenly
+over the pool's threads, in batches of :data:`BATCH_MIN` to :data:`BATCH_MAX`
+claims (100 claims on 4 threads: 4 batches of 25), so the first runs start
+while later batches are on their way. Each instance shuffles the claims of a
+slot before it cuts them into batches: the instances' batches then overlap in
+part at the store, and each instance wins a share of the runs, instead of the
+first to send winning every run of its batch while the others find them all
+running (a job's later slot, after a stall, goes in a later batch, as it would
+come later alone). A claim gathered
 alone is sent as a single claim. A batch is tried once: if it raises (the store is down, or
 one of its runs is unreadable), each of its claims is sent again on its own, with its token,
 and retried as a single claim is; a claim the failed batch had decided answers the same
@@ -31,6 +37,7 @@ which come one by one, are sent alone.
 from __future__ import annotations
 
 import dataclasses
+import random
 import threading
 from typing import Callable, List, Optional, Set, Tuple
 
@@ -45,12 +52,16 @@ from .states import Outcome, Reason
 from .stores import ClaimRequest, Store
 from .stores.records import new_token
 
-__all__ = ["Claims", "BATCH_MAX"]
+__all__ = ["Claims", "BATCH_MAX", "BATCH_MIN"]
 
 #: The most claims one batch sends (more go in further batches, to the pool's other threads).
 BATCH_MAX = 256
+#: Claims due at once are spread over the pool's threads in batches of at least this many.
+BATCH_MIN = 16
 #: The outcomes of a new claim that emit ``skip`` (the ``reason`` of the event).
 _SKIPS = (Outcome.OVERLAP, Outcome.LATE, Outcome.EARLY, Outcome.PAUSED)
+#: The outcomes that show the run of the slot claimed started.
+_RUN_FOUND = (Outcome.WON, Outcome.RUNNING, Outcome.DONE)
 
 
 class _Stopping(Exception):
@@ -79,7 +90,9 @@ class Claims:
     """The claims of one engine. ``may_claim(job)``: whether a claim of ``job`` may be sent now
     (the engine is not stopping, the job is scheduled); ``stopping()``: whether the engine
     stops; ``start_run(job, run, sent)``: start a won run; ``watch(job, slot_ms)``: back up a
-    run; ``jitter(job)``: a claim's delay after its slot, in ms."""
+    run; ``forget_before(name, slot_ms)``: stop backing up the job's earlier runs (see
+    :meth:`~leasecron.backups.Backups.forget_before`); ``jitter(job)``: a claim's delay after
+    its slot, in ms; ``threads``: the pool's threads, over which claims due at once are spread."""
 
     def __init__(
         self,
@@ -95,7 +108,9 @@ class Claims:
         stopping: Callable[[], bool],
         start_run: Callable[[Job, Run, float], None],
         watch: Callable[[Job, int], None],
+        forget_before: Callable[[str, int], None],
         jitter: Callable[[Job], float],
+        threads: int = 4,
     ) -> None:
         self._store = store
         self._runner = runner
@@ -108,7 +123,9 @@ class Claims:
         self._stopping = stopping
         self._start_run = start_run
         self._watch = watch
+        self._forget_before = forget_before
         self._jitter = jitter
+        self._threads = threads
         self._lock = threading.Lock()
         self._gathered: List[Tuple[Job, int, Reason]] = []
 
@@ -127,10 +144,13 @@ class Claims:
         """In the scheduler thread, after the pass: the gathered claims to the pool, in batches."""
         with self._lock:
             gathered, self._gathered = self._gathered, []
+        random.shuffle(gathered)  # each instance its own order: the instances' batches split the runs
+        gathered.sort(key=lambda claim: claim[1])  # stable: a job's slots in order, the jobs of a slot shuffled
+        size = min(BATCH_MAX, max(BATCH_MIN, -(-len(gathered) // self._threads)))
         batch: List[Tuple[Job, int, Reason]] = []
         names: Set[str] = set()
         for claim in gathered:
-            if len(batch) == BATCH_MAX or claim[0].name in names:  # a job's later slot: in a later batch
+            if len(batch) == size or claim[0].name in names:  # a job's later slot: in a later batch
                 self._pool.submit(self.claim_all, batch)
                 batch, names = [], set()
             batch.append(claim)
@@ -240,6 +260,11 @@ class Claims:
             log.debug("leasecron: backup check job %r slot %s runner %r: %s", *ids, answer)
         elif outcome not in _SKIPS and outcome != Outcome.WON:  # these have lines of their own
             log.debug("leasecron: claimed job %r slot %s runner %r (%s): %s", *ids, reason, answer)
+        run = claim.run
+        if run is not None and run.slot_ms == slot_ms and outcome in _RUN_FOUND and job.options.overlap == "skip":
+            started_by = run.attempts[0].reason if run.attempts else run.reason
+            if started_by != Reason.MANUAL:  # the earlier runs ended: their backups need no check
+                self._forget_before(job.name, slot_ms)
         if outcome == Outcome.WON:
             assert claim.run is not None
             self._start_run(job, claim.run, sent)

@@ -123,7 +123,8 @@ class Engine:
         self._claims = Claims(
             store, runner, clock=clock, clock_sync=self._clock_sync, emitter=emitter, scheduler=self._scheduler,
             pool=self._pool, may_claim=lambda job: not self._stopping and self._active(job),
-            stopping=lambda: self._stopping, start_run=self._start_run, watch=self._backups.watch, jitter=self._jitter,
+            stopping=lambda: self._stopping, start_run=self._start_run, watch=self._backups.watch,
+            forget_before=self._backups.forget_before, jitter=self._jitter, threads=claim_threads,
         )  # fmt: skip
         self._poller = RequestPoller(
             store, runner, poll_ms, timers=self._scheduler, monotonic=clock.monotonic, submit=self._pool.submit,

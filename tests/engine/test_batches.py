@@ -15,7 +15,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from leasecron import Claim, MemoryStore, Store, StoreUnavailable
-from leasecron.claims import BATCH_MAX
+from leasecron.claims import BATCH_MAX, BATCH_MIN
 from leasecron.stores import ClaimRequest, DelegatingStore
 from tests.conftest import Backend
 from tests.engine.conftest import MakeCron
@@ -80,7 +80,9 @@ def test_jobs_due_at_one_instant_are_claimed_in_one_batch() -> None:
     names = [f"job-{i}" for i in range(10)]
     s.boot(*(s.job(1, name=name, catch_up_ms=0) for name in names))
     s.advance_to(at(2.1))
-    assert store.batches == [[(name, slot, "schedule") for name in names] for slot in (at(1), at(2))]
+    assert [sorted(batch) for batch in store.batches] == [
+        [(name, slot, "schedule") for name in names] for slot in (at(1), at(2))
+    ]
     assert store.singles == []
     assert sorted(started(s)) == sorted((name, slot, "schedule", 1) for name in names for slot in (at(1), at(2)))
     s.stop()
@@ -101,19 +103,30 @@ def test_catch_up_claims_of_every_job_go_in_one_batch() -> None:
     names = [f"job-{i}" for i in range(5)]
     s.boot(*(s.job(1, name=name, catch_up_ms=10_000) for name in names))
     s.advance(10)
-    assert store.batches == [[(name, at(0), "catch-up") for name in names]]
-    assert started(s) == [(name, at(0), "catch-up", 1) for name in names]
+    assert [sorted(batch) for batch in store.batches] == [[(name, at(0), "catch-up") for name in names]]
+    assert sorted(started(s)) == [(name, at(0), "catch-up", 1) for name in names]
     s.stop()
 
 
-def test_more_claims_than_a_batch_holds_go_in_several_batches() -> None:
-    """BATCH_MAX + 44 jobs due at once: a batch of BATCH_MAX, then one of 44; every job runs."""
+@pytest.mark.parametrize(
+    "count, sizes",
+    [
+        (10, [10]),  # fewer than BATCH_MIN: one batch
+        (100, [25] * 4),  # spread over the pool's 4 threads
+        (4 * BATCH_MAX + 44, [BATCH_MAX] * 4 + [44]),  # no batch over BATCH_MAX
+    ],
+)
+def test_claims_due_at_once_are_spread_over_the_pool_in_batches(count: int, sizes: List[int]) -> None:
+    """The claims of one pass go in batches of BATCH_MIN to BATCH_MAX, spread evenly over the
+    claim pool's 4 threads, each job's claim in one of them; every job runs."""
+    assert BATCH_MIN == 16
     s, store = stepped()
-    count = BATCH_MAX + 44
-    s.boot(*(s.job(1, name=f"job-{i}", catch_up_ms=0) for i in range(count)))
+    names = [f"job-{i}" for i in range(count)]
+    s.boot(*(s.job(1, name=name, catch_up_ms=0) for name in names))
     s.advance_to(at(1.1))
-    assert [len(batch) for batch in store.batches] == [BATCH_MAX, 44]
-    assert len(s.started()) == count
+    assert [len(batch) for batch in store.batches] == sizes
+    assert sorted(job for batch in store.batches for job, _, _ in batch) == sorted(names)
+    assert len(started(s)) == count
     s.stop()
 
 
@@ -125,8 +138,8 @@ def test_a_batch_whose_answer_was_lost_is_sent_again_claim_by_claim_with_the_sam
     names = [f"job-{i}" for i in range(4)]
     s.boot(*(s.job(1, name=name, catch_up_ms=0) for name in names))
     s.advance_to(at(1.1))
-    assert store.batches == [[(name, at(1), "schedule") for name in names]]
-    assert store.singles == [(name, at(1), "schedule") for name in names]
+    assert [sorted(batch) for batch in store.batches] == [[(name, at(1), "schedule") for name in names]]
+    assert store.singles == store.batches[0]  # each claim of the batch, alone, in the batch's order
     assert store.tokens[:4] == store.tokens[4:]  # the same token for the batch and the claim alone
     assert sorted(started(s)) == [(name, at(1), "schedule", 1) for name in names]
     for name in names:
