@@ -18,10 +18,12 @@ slots of many jobs fall due at one instant, the scheduler thread hands each to
 :meth:`Claims.gather` instead of the pool; after the entries due in that same pass (the first
 gathered claim plans a flush at delay 0, which the scheduler runs after its entries that are
 due already), the gathered claims go to the pool, whose threads send them as batches: one
-round trip per batch instead of one per claim. The claims are spread evenly
-over the pool's threads, in batches of :data:`BATCH_MIN` to :data:`BATCH_MAX`
-claims (100 claims on 4 threads: 4 batches of 25), so the first runs start
-while later batches are on their way. Each instance shuffles the claims of a
+round trip per batch instead of one per claim. The claims are cut into about
+twice as many batches as the pool has threads, of :data:`BATCH_MIN` to
+:data:`BATCH_MAX` claims (1,000 claims on 4 threads: 8 batches of 125), so the
+first runs start while later batches are on their way, and a thread that is
+done with its batch takes the next: an instance busy starting its runs claims
+fewer of the rest. Each instance shuffles the claims of a
 slot before it cuts them into batches: the instances' batches then overlap in
 part at the store, and each instance wins a share of the runs, instead of the
 first to send winning every run of its batch while the others find them all
@@ -146,7 +148,7 @@ class Claims:
             gathered, self._gathered = self._gathered, []
         random.shuffle(gathered)  # each instance its own order: the instances' batches split the runs
         gathered.sort(key=lambda claim: claim[1])  # stable: a job's slots in order, the jobs of a slot shuffled
-        size = min(BATCH_MAX, max(BATCH_MIN, -(-len(gathered) // self._threads)))
+        size = min(BATCH_MAX, max(BATCH_MIN, -(-len(gathered) // (2 * self._threads))))
         batch: List[Tuple[Job, int, Reason]] = []
         names: Set[str] = set()
         for claim in gathered:

@@ -253,9 +253,11 @@ class Engine:
             return
         self._claims.gather(job, slot_ms, Reason.SCHEDULE)
         following = job.schedule.next_after(slot_ms)
-        latest = job.schedule.at_or_before(self.clock.now_ms())
-        if latest is not None and latest > following:  # the process stalled: only the latest slot counts
-            following = latest
+        now = self.clock.now_ms()
+        if now >= following:  # the process stalled past the next slot: only the latest slot counts
+            latest = job.schedule.at_or_before(now)
+            if latest is not None and latest > following:
+                following = latest
         self._scheduler.call_at(following + self._jitter(job), self._fire, job, following)
 
     # -- live runs ---------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import abc
 from datetime import datetime, timedelta
-from typing import List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -49,6 +49,11 @@ __all__ = ["Schedule", "CronSchedule", "IntervalSchedule", "ScheduleSpec", "make
 ScheduleSpec = Union[str, timedelta, int, float]
 
 _SECOND = timedelta(seconds=1)
+#: The next slots computed, by (expression, zone, second): a pure function of them, shared by
+#: every job with that schedule (1,000 jobs due at one second compute their next slot once).
+_NEXT: Dict[Tuple[str, str, int], int] = {}
+#: Past this many, the cache starts again.
+_NEXT_KEPT = 4096
 #: The fields of a cron string, in croniter's order (seconds sixth, year seventh).
 _CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week", "second", "year")
 
@@ -89,9 +94,17 @@ class CronSchedule(Schedule):
 
     def next_after(self, ms: int) -> int:
         second = ms // 1000  # slots are whole seconds: after ms is after its second
-        if self._wildcard:
-            return self._wildcard_after(second) * 1000
-        return self._fixed(self._next(self._fixed_wall(second))) * 1000
+        key = (self.expression, self.tz, second)
+        found = _NEXT.get(key)  # jobs with the same schedule share it: croniter takes ~0.15 ms
+        if found is None:
+            if self._wildcard:
+                found = self._wildcard_after(second) * 1000
+            else:
+                found = self._fixed(self._next(self._fixed_wall(second))) * 1000
+            if len(_NEXT) >= _NEXT_KEPT:
+                _NEXT.clear()
+            _NEXT[key] = found
+        return found
 
     def at_or_before(self, ms: int) -> Optional[int]:
         second = ms // 1000

@@ -10,11 +10,12 @@ slot ran exactly once while they claimed in batches.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, List, Tuple
 
 import pytest
 
-from leasecron import Claim, MemoryStore, Store, StoreUnavailable
+from leasecron import Claim, LeaseCron, MemoryStore, Store, StoreUnavailable
 from leasecron.claims import BATCH_MAX, BATCH_MIN
 from leasecron.stores import ClaimRequest, DelegatingStore
 from tests.conftest import Backend
@@ -112,13 +113,14 @@ def test_catch_up_claims_of_every_job_go_in_one_batch() -> None:
     "count, sizes",
     [
         (10, [10]),  # fewer than BATCH_MIN: one batch
-        (100, [25] * 4),  # spread over the pool's 4 threads
-        (4 * BATCH_MAX + 44, [BATCH_MAX] * 4 + [44]),  # no batch over BATCH_MAX
+        (100, [16] * 6 + [4]),  # batches of BATCH_MIN
+        (1_000, [125] * 8),  # twice as many batches as the pool's 4 threads
+        (8 * BATCH_MAX + 44, [BATCH_MAX] * 8 + [44]),  # no batch over BATCH_MAX
     ],
 )
 def test_claims_due_at_once_are_spread_over_the_pool_in_batches(count: int, sizes: List[int]) -> None:
-    """The claims of one pass go in batches of BATCH_MIN to BATCH_MAX, spread evenly over the
-    claim pool's 4 threads, each job's claim in one of them; every job runs."""
+    """The claims of one pass go in batches of BATCH_MIN to BATCH_MAX, about twice as many as
+    the claim pool's 4 threads, each job's claim in one of them; every job runs."""
     assert BATCH_MIN == 16
     s, store = stepped()
     names = [f"job-{i}" for i in range(count)]
@@ -167,3 +169,35 @@ def test_three_instances_claim_in_batches_and_run_each_slot_once(make_cron: Make
         assert ran == sorted(names), (slot, [(e.type, e.job, e.slot_ms) for rec in recs for e in rec.of()][:10])
     sizes = [len(batch) for cron in crons for batch in cron.store.batches]  # type: ignore[attr-defined]
     assert sizes and max(sizes) > 1, sizes
+
+
+@pytest.mark.parametrize("overlap", ["skip", "allow"])
+def test_the_loser_of_a_claim_checks_no_run_that_a_later_slot_shows_ended(overlap: str) -> None:
+    """Two instances, a job every second whose runs take 0.3 s, a heartbeat of 1.5 s (a backup
+    checks 1.5-3 s after it began). With overlap="skip" the loser's claim of each next slot finds
+    that slot's run started, so the earlier run ended: its backup ends without a takeover check,
+    and over 4 slots none is sent. With overlap="allow" an earlier run may still be live: the
+    backups check (and find the runs done)."""
+    store = Counting(MemoryStore())
+    crons = [
+        LeaseCron(store, runner=runner, lease_ms=4_500, heartbeat_ms=1_500, jitter_ms=0, catch_up_ms=0,
+                  overlap=overlap)
+        for runner in "ab"
+    ]  # fmt: skip
+    recs = [Recorder(cron) for cron in crons]
+    try:
+        for cron in crons:
+            cron.add_job(lambda: time.sleep(0.3), 1, name="job")
+            cron.start()
+        first = (store.now_ms() // 1000 + 1) * 1000
+        wait_store_time(store, first + 4_000)
+        takeovers = [sent for sent in store.singles if sent[2] == "takeover"]
+        if overlap == "skip":
+            assert takeovers == []
+        else:
+            assert takeovers, "the backups of overlap='allow' runs check them"
+        ran = sorted(e.slot_ms for rec in recs for e in rec.of("start"))
+        assert ran == sorted(set(ran)) and all(slot in ran for slot in range(first, first + 3_000, 1_000))
+    finally:
+        for cron in crons:
+            cron.stop(timeout=2)

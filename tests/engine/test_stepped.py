@@ -508,5 +508,6 @@ def test_a_removed_job_is_no_longer_scheduled_backed_up_or_run_on_request() -> N
     s.engine.add(s.job(1, name="job", catch_up_ms=0))  # registered again: scheduled, and its request run
     s.advance(1_000)
     started = [(e.job, e.slot_ms, e.reason) for e in s.of("start")][-3:]
-    assert started == [("job", request.slot_ms, "manual"), ("other", at(7), "schedule"), ("job", at(7), "schedule")]
+    assert started[0] == ("job", request.slot_ms, "manual")
+    assert sorted(started[1:]) == [("job", at(7), "schedule"), ("other", at(7), "schedule")]  # one batch, any order
     s.stop()
