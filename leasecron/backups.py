@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Callable, Optional, Set, Tuple
+from typing import Callable, Dict, Optional, Set, Tuple
 
 from .jobs import Job
 from .runs import LATE_TOLERANCE_MS, Claim, Run
@@ -62,22 +62,23 @@ class Backups:
         self._may_watch = may_watch
         self._holds = holds
         self._now_ms = now_ms
-        self._keys: Set[Key] = set()
+        #: The slots backed up, by job name (a job's are found without looking at the others').
+        self._slots: Dict[str, Set[int]] = {}
 
     def watch(self, job: Job, slot_ms: int, delay_ms: Optional[float] = None) -> None:
         """Become a backup of the run at ``slot_ms`` (idempotent): check it after ``delay_ms``
         (default: a random 1-2 heartbeats), and again and again while it may need us."""
         key = (job.name, slot_ms)
         with self._lock:
-            if key in self._keys or not self._may_watch(job, key):
+            if self._watched(key) or not self._may_watch(job, key):
                 return
-            self._keys.add(key)
+            self._slots.setdefault(job.name, set()).add(slot_ms)
         self._plan(job, slot_ms, delay_ms)
 
     def forget(self, key: Key) -> None:
         """Stop backing up the run ``key`` (it is live here now)."""
         with self._lock:
-            self._keys.discard(key)
+            self._discard(key)
 
     def forget_before(self, name: str, slot_ms: int) -> None:
         """Stop backing up the runs and slots of the job ``name`` before ``slot_ms``: a run of
@@ -86,17 +87,21 @@ class Backups:
         be claimed any more (rules 4 and 9): a check would only answer ``done``, ``none`` or
         ``late``."""
         with self._lock:
-            self._keys = {key for key in self._keys if key[0] != name or key[1] >= slot_ms}
+            slots = self._slots.get(name)
+            if slots and min(slots) < slot_ms:
+                slots.difference_update([slot for slot in slots if slot < slot_ms])
+                if not slots:
+                    del self._slots[name]
 
     def forget_job(self, name: str) -> None:
         """Stop backing up every run of the job ``name``."""
         with self._lock:
-            self._keys = {key for key in self._keys if key[0] != name}
+            self._slots.pop(name, None)
 
     def clear(self) -> None:
         """Stop backing up anything (the instance stops)."""
         with self._lock:
-            self._keys.clear()
+            self._slots.clear()
 
     def _plan(self, job: Job, slot_ms: int, delay_ms: Optional[float] = None) -> None:
         if delay_ms is None:
@@ -107,7 +112,7 @@ class Backups:
         """A backup's check: a takeover claim; stay its backup while the run may need us."""
         key = (job.name, slot_ms)
         with self._lock:
-            if key not in self._keys:
+            if not self._watched(key):
                 return
         claim = self._check(job, slot_ms)
         keep: bool
@@ -121,7 +126,20 @@ class Backups:
         else:
             keep = False
         with self._lock:
-            if keep and key in self._keys and self._may_watch(job, key):
+            if keep and self._watched(key) and self._may_watch(job, key):
                 self._plan(job, slot_ms)
             else:
-                self._keys.discard(key)
+                self._discard(key)
+
+    def _watched(self, key: Key) -> bool:
+        """Under the lock: whether the run ``key`` is backed up."""
+        slots = self._slots.get(key[0])
+        return slots is not None and key[1] in slots
+
+    def _discard(self, key: Key) -> None:
+        """Under the lock: stop backing up the run ``key``."""
+        slots = self._slots.get(key[0])
+        if slots is not None:
+            slots.discard(key[1])
+            if not slots:
+                del self._slots[key[0]]
