@@ -1,0 +1,207 @@
+"""The instance process of ``burst.py``: ``fire_lag.py``'s instance, counted and timed as ``burst.py`` asks.
+
+``fire_lag.instance_main`` runs unchanged (the same ``LeaseCron``, jobs,
+handler, window and output file); the names of ``fire_lag`` it looks up
+are set before it runs, in this process only:
+
+* its count at the client (``fire_lag``'s ``wire``) is :class:`RoundTrips`:
+  on Redis and Valkey the requests this process writes to a server's socket,
+  each one a round trip: a single command is one, and so is a pipeline's
+  batch to one node; a new connection's set-up (redis-py's ``CLIENT SETINFO``
+  commands) counts too: a burst's finishes, all at once, open more of the
+  pool's connections (``store_ops.CallCounter``, which ``fire_lag`` uses,
+  counts the commands sent through the client's ``execute_command``, which a
+  pipeline's commands never pass: a ``claim_many`` would count 0). On
+  PostgreSQL (statements: every one a round trip, the store's connections
+  being in autocommit) and SQLite (transactions) it is
+  ``store_ops.CallCounter`` itself;
+* ``LEASECRON_BURST_WARMUP_S`` in its environment (``burst.py``'s
+  ``--warmup-gap``) sets ``fire_lag.BURST_WARMUP_S``, as in the parent: how
+  long before the measured slot its jobs' warm-up slot comes;
+* ``LEASECRON_BURST_TAIL_S`` (``--tail``) makes ``fire_lag.register_jobs``
+  answer a heartbeat of at least (tail - 1 s) / 2: fire_lag's window, which
+  closes 2 heartbeats + 1 s after the measured slot, then closes the tail
+  after it (and the parent, told that heartbeat, stops the instances then).
+  The jobs keep their own heartbeat (5 s): only the window is longer;
+* with ``LEASECRON_BURST_PROFILE=<dir>`` in its environment, each thread it
+  starts runs under a ``cProfile.Profile`` of its own, timed by the thread's
+  CPU time (``time.thread_time``: waiting for a lock, a socket or the GIL
+  costs nothing there); what they counted from the opening of fire_lag's
+  window (0.5 s before the measured slot) to the end is written to
+  ``<dir>/<pid>-<n>-<kind>.prof``, where ``kind`` says which of leasecron's
+  threads it was (:func:`thread_kind`).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import marshal
+import os
+import re
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import fire_lag
+from store_ops import CallCounter
+
+from leasecron import Store
+from leasecron.stores.redis import RedisStore
+
+#: The environment variable that asks the instances for their threads' profiles.
+PROFILE_ENV = "LEASECRON_BURST_PROFILE"
+#: The environment variable that gives the instances the warm-up slot's lead on the measured one, in s.
+WARMUP_ENV = "LEASECRON_BURST_WARMUP_S"
+#: The environment variable that keeps the instances' window (and the instances) open this long after
+#: the measured slot, in s, if that is longer than fire_lag's 2 heartbeats + 1 s.
+TAIL_ENV = "LEASECRON_BURST_TAIL_S"
+#: What :class:`RoundTrips` counts on Redis/Valkey (``burst.py`` checks the instances said so).
+REDIS_UNIT = "round trips (socket writes)"
+
+
+class RoundTrips:
+    """What the store's calls cost at the client: round trips on Redis/Valkey (see the module's
+    docstring), as ``store_ops.CallCounter`` counts elsewhere. ``total()`` and ``unit`` as that
+    class has them (all that ``fire_lag.instance_main`` asks of it)."""
+
+    def __init__(self, store: Store) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._other: Optional[CallCounter] = None
+        if isinstance(store, RedisStore):
+            self.unit = REDIS_UNIT
+            count_socket_writes(self._add)
+        else:
+            self._other = CallCounter(store)
+            self.unit = self._other.unit
+
+    def _add(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def total(self) -> Optional[int]:
+        """Round trips (or statements, transactions) so far; None where nothing is counted."""
+        if self._other is not None:
+            return self._other.total()
+        with self._lock:
+            return self._count
+
+
+def count_socket_writes(add: Callable[[], None]) -> None:
+    """Call ``add()`` on every request any redis-py connection of this process writes (a command,
+    or a pipeline's commands to one node, sent in one ``send_packed_command``)."""
+    from redis.connection import AbstractConnection
+
+    send = AbstractConnection.send_packed_command
+
+    def send_packed_command(self: Any, command: Any, check_health: bool = True) -> None:
+        add()
+        send(self, command, check_health)
+
+    AbstractConnection.send_packed_command = send_packed_command  # type: ignore[method-assign]
+
+
+# -- profiles of the threads ---------------------------------------------------------------
+
+#: leasecron's thread names (at the thread's start) and the kind each is counted as.
+_KINDS = (
+    (re.compile(r"^leasecron-claims"), "claim-pool"),
+    (re.compile(r"^leasecron-scheduler"), "scheduler"),
+    (re.compile(r"^leasecron-(run|heartbeat|worker)"), "workers"),
+    (re.compile(r"^leasecron-"), "leasecron-other"),
+)
+
+
+def thread_kind(name: str) -> str:
+    """The kind of a thread by its name when it started: ``claim-pool``, ``scheduler``,
+    ``workers`` (handlers and heartbeats), ``leasecron-other`` or ``other``."""
+    for pattern, kind in _KINDS:
+        if pattern.match(name):
+            return kind
+    return "other"
+
+
+class ThreadProfiles:
+    """A ``cProfile.Profile`` for each thread started from now on (``threading.Thread.run`` is
+    wrapped). :meth:`mark` notes what each has counted so far; :meth:`write` writes what each
+    counted since (since its start for a thread started after the mark), finished or not."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._profiles: List[Tuple[str, cProfile.Profile]] = []
+        self._marked: Dict[int, Dict[Any, Tuple[int, float, float]]] = {}
+        run = threading.Thread.run
+        profiles = self
+
+        def profiled_run(thread: threading.Thread) -> None:
+            profile = cProfile.Profile(time.thread_time)  # CPU time: a thread's waits are not in it
+            with profiles._lock:
+                profiles._profiles.append((thread_kind(thread.name), profile))
+            profile.enable()
+            try:
+                run(thread)
+            finally:
+                profile.disable()
+
+        threading.Thread.run = profiled_run  # type: ignore[method-assign,assignment]
+
+    def _taken(self) -> List[Tuple[int, str, Dict[Any, Any]]]:
+        """(index, kind, stats) of every profile now (a running thread's entries are read as they are)."""
+        with self._lock:
+            profiles = list(self._profiles)
+        taken = []
+        for n, (kind, profile) in enumerate(profiles):
+            profile.snapshot_stats()
+            taken.append((n, kind, dict(profile.stats)))
+        return taken
+
+    def mark(self) -> None:
+        """From now on: what :meth:`write` writes is counted from here."""
+        taken = self._taken()
+        self._marked = {n: {f: (nc, tt, ct) for f, (_, nc, tt, ct, _) in stats.items()} for n, _, stats in taken}
+
+    def write(self) -> None:
+        """Each thread's profile since the mark, in ``pstats``'s file format (without callers)."""
+        for n, kind, stats in self._taken():
+            before = self._marked.get(n, {})
+            since: Dict[Any, Any] = {}
+            for func, (cc, nc, tt, ct, _) in stats.items():
+                nc0, tt0, ct0 = before.get(func, (0, 0.0, 0.0))
+                if nc > nc0 or tt > tt0:
+                    since[func] = (max(cc - nc0, 0), nc - nc0, tt - tt0, ct - ct0, {})
+            with open(os.path.join(self.directory, f"{os.getpid()}-{n}-{kind}.prof"), "wb") as f:
+                marshal.dump(since, f)
+
+
+def instance_main(argv: List[str]) -> int:
+    """``fire_lag.instance_main`` with :class:`RoundTrips` as its count at the client, the
+    warm-up's lead and the window's tail the parent chose (:data:`WARMUP_ENV`, :data:`TAIL_ENV`)
+    and, if asked (:data:`PROFILE_ENV`), its threads profiled from the moment its window opens."""
+    fire_lag.CallCounter = RoundTrips  # type: ignore[misc,assignment]  # the name instance_main looks up
+    if os.environ.get(WARMUP_ENV):
+        fire_lag.BURST_WARMUP_S = int(os.environ[WARMUP_ENV])  # read by register_jobs and instance_main
+    if os.environ.get(TAIL_ENV):
+        window_ms = (int(os.environ[TAIL_ENV]) * 1000 - 1000) // 2
+        register = fire_lag.register_jobs
+
+        def register_jobs(cron: Any, recorder: Any, args: Any, first_ms: int) -> int:
+            return max(register(cron, recorder, args, first_ms), window_ms)
+
+        fire_lag.register_jobs = register_jobs  # the name instance_main looks up
+    directory = os.environ.get(PROFILE_ENV)
+    profiles = ThreadProfiles(directory) if directory else None
+    if profiles is not None:
+        measure = fire_lag.measure_window
+
+        def measure_window(cron: Any, store: Any, wire: Any, window: Tuple[int, int], stop: threading.Event) -> Any:
+            if fire_lag.wait_until_store_ms(cron.clock, window[0], stop):
+                profiles.mark()
+            return measure(cron, store, wire, window, stop)
+
+        fire_lag.measure_window = measure_window  # the name instance_main looks up
+    try:
+        return fire_lag.instance_main(fire_lag.parse_args(argv))
+    finally:
+        if profiles is not None:
+            profiles.write()
