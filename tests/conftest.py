@@ -227,6 +227,17 @@ def clear_of_the_hour_boundary() -> None:
         time.sleep((hour_ms - phase) / 1000 + 0.05)
 
 
+def selected_items(request: pytest.FixtureRequest, test: str) -> List[pytest.Item]:
+    """The copies of ``test`` (each parametrization) in the requesting fixture's module that run in
+    this session (after ``-k`` and the like), in their order: what a module-scoped fixture needs
+    to start the slow, mostly waiting part of every copy at once."""
+    return [
+        item
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module and getattr(item, "originalname", None) == test
+    ]
+
+
 def unavailable(message: str) -> NoReturn:
     """A backend cannot be reached: a failure in CI, a skip elsewhere."""
     if IN_CI:
