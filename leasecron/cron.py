@@ -313,9 +313,9 @@ class LeaseCron:
         its own, so that it stays free to see a second signal.
         """
         signals: List[int] = []
-        self.start()
-        engine = self._engine
-        with handle_signals(signals.append):
+        with handle_signals(signals.append):  # before start: a signal during the start stops it cleanly
+            self.start()
+            engine = self._engine
             while not signals:
                 if not self.running:
                     return

@@ -220,3 +220,30 @@ def test_forked_child_holds_no_threads_or_leases_and_can_start(process_backend: 
     assert child["ran"] is True and child["ctx_runner"] == [child["runner"]]
     (run,) = store.runs("forked")
     assert run.runner == child["runner"] and run.attempt == 2 and run.handed_over
+
+
+def test_a_signal_during_start_stops_run_forever_cleanly(tmp_path: Path) -> None:
+    """SIGTERM delivered while run_forever() is still starting (here: as start() logs "starting
+    runner") is a stop like any other: the process stops and exits 0, not killed by the signal's
+    default action (run_forever installs its handler before it starts)."""
+    code = textwrap.dedent(
+        """
+        import logging, os, signal
+        from leasecron import LeaseCron
+
+        class SignalAtStart(logging.Handler):
+            def emit(self, record):
+                if "starting runner" in record.getMessage():
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+        logging.getLogger("leasecron").addHandler(SignalAtStart())
+        logging.getLogger("leasecron").setLevel(logging.INFO)
+        cron = LeaseCron("memory://", runner="r")
+        cron.add_job(lambda: None, 3600, name="job")
+        cron.run_forever()
+        print("stopped cleanly", cron.running)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "stopped cleanly False"
