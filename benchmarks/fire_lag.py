@@ -898,9 +898,9 @@ def print_runs_per_slot(phase: Phase, counted: Tally) -> None:
     print("  runs per instance: " + ", ".join(f"{inst.runner} {wins[inst.runner]}" for inst in phase.instances))
 
 
-def print_calls(phase: Phase, counted: Tally, base: Baseline) -> None:
-    """Store calls per run by operation (those about the window's slots, and the others made
-    while the window was open), and the round trips counted at the client."""
+def call_counts(phase: Phase) -> Dict[str, List[int]]:
+    """Store calls by operation, all instances: those about the window's slots and the others made
+    while the window was open: [calls, ns]."""
     window = set(phase.slots)
     calls: Dict[str, List[int]] = {}
     for inst in phase.instances:
@@ -910,6 +910,13 @@ def print_calls(phase: Phase, counted: Tally, base: Baseline) -> None:
             cell = calls.setdefault(op, [0, 0])
             cell[0] += n
             cell[1] += ns
+    return calls
+
+
+def print_calls(phase: Phase, counted: Tally, base: Baseline) -> None:
+    """Store calls per run by operation (those about the window's slots, and the others made
+    while the window was open), and the round trips counted at the client."""
+    calls = call_counts(phase)
     if not counted.runs:
         return
     print(f"  store calls per run, all instances ({counted.runs} runs):")

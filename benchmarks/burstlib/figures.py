@@ -149,15 +149,7 @@ def warmup(phase: Phase, base: Baseline) -> Optional[Dict[str, Any]]:
 def call_counts(phase: Phase) -> Dict[str, Tuple[int, int]]:
     """Store calls by operation, all instances: those about the measured slot and the others made
     while the window was open (as ``fire_lag.print_calls`` adds them up): (calls, ns)."""
-    window = set(phase.slots)
-    calls: Dict[str, List[int]] = {}
-    for inst in phase.instances:
-        found = [(op, n, ns) for (op, slot), (n, ns) in inst.calls.items() if slot in window]
-        found += [(op, n, ns) for op, (n, ns) in inst.other.items() if n]
-        for op, n, ns in found:
-            cell = calls.setdefault(op, [0, 0])
-            cell[0] += n
-            cell[1] += ns
+    calls = fire_lag.call_counts(phase)
     ordered = sorted(calls.items(), key=lambda item: (not item[0].startswith("claim"), -item[1][0]))
     return {op: (n, ns) for op, (n, ns) in ordered}
 
