@@ -5,7 +5,8 @@ They check what the scripts promise: every job count and state gets its row,
 the figures are numbers, the first job count is its own baseline, the two
 versions compared are the code they say, and nothing is left behind (the
 temporary directory, the Redis keys, the PostgreSQL schemas). No timing is
-asserted.
+asserted, so the three ``--poll`` runs, which mostly wait (10 s for the requests they
+seed to expire), go at once (:class:`PollRuns`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List, Tuple, Union
 
 import psycopg2
 import pytest
 import redis
 
-from tests.conftest import SERVERS
+from tests.conftest import SERVERS, selected_items
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
 
@@ -36,6 +37,94 @@ def run(script: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True, env=env, timeout=170
     )
+
+
+class PollRuns:
+    """The ``scale.py --poll`` runs of this module's selected tests, all started at the first test's call.
+
+    Each run gets a temporary directory of its own (its ``TMPDIR``, which it must leave empty) and
+    its output in files beside it; each test then waits for its own run. A store that cannot be
+    reached (no server) fails or skips its own test.
+    """
+
+    #: The tests that ask, and the store kind of each (the parameter ``kind`` where there is one).
+    TESTS = {"test_poll_prints_every_job_count_and_state_on_sqlite": "sqlite",
+             "test_poll_on_a_server_leaves_nothing_behind": None}  # fmt: skip
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._request = request
+        self._tmp_path_factory = tmp_path_factory
+        self._started: Dict[str, Union[Tuple["subprocess.Popen[str]", Path, Path], BaseException]] = {}
+
+    def _selected(self) -> List[str]:
+        """The store kinds of this module's tests of ``--poll`` that run in this session."""
+        return [kind or item.callspec.params["kind"]
+                for test, kind in self.TESTS.items() for item in selected_items(self._request, test)]  # fmt: skip
+
+    @staticmethod
+    def url(kind: str) -> str:
+        """The ``--store`` of ``kind``: sqlite, or the session's Redis or PostgreSQL."""
+        if kind == "redis":
+            host, port = SERVERS.redis()
+            return f"redis://{host}:{port}/0"
+        if kind == "postgresql":
+            host, port, dbname = SERVERS.postgres()
+            return f"postgresql://{host}:{port}/{dbname}"
+        return kind
+
+    def _start(self, kind: str) -> None:
+        try:
+            url = self.url(kind)
+            tmp = self._tmp_path_factory.mktemp(f"poll-{kind}")
+            out = self._tmp_path_factory.mktemp(f"poll-{kind}-output")
+            env = {**os.environ, "TMPDIR": str(tmp)}
+            with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
+                proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "scale.py"), *SMALL_POLL, "--store", url],
+                                        stdout=stdout, stderr=stderr, text=True, env=env)  # fmt: skip
+            self._started[kind] = (proc, tmp, out)
+        except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:  # raised in its own test
+            self._started[kind] = exc
+
+    def result(self, kind: str) -> Tuple[subprocess.CompletedProcess, Path]:
+        """The finished run of ``kind`` (the first call starts every run) and its temporary directory."""
+        if not self._started:
+            for each in self._selected():
+                self._start(each)
+        if kind not in self._started:
+            self._start(kind)
+        started = self._started[kind]
+        if isinstance(started, BaseException):
+            raise started
+        proc, tmp, out = started
+        try:
+            proc.wait(170)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"scale.py --poll on {kind} did not end within 170 s")
+        stdout, stderr = ((out / name).read_text() for name in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), tmp
+
+    def close(self) -> None:
+        """Stop any run still going (its test never waited for it): SIGTERM, which it cleans up on."""
+        for started in self._started.values():
+            if not isinstance(started, BaseException) and started[0].poll() is None:
+                started[0].terminate()
+                try:
+                    started[0].wait(30)
+                except subprocess.TimeoutExpired:
+                    started[0].kill()
+                    started[0].wait()
+
+
+@pytest.fixture(scope="module")
+def poll_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PollRuns]:
+    """The module's :class:`PollRuns`."""
+    runs = PollRuns(request, tmp_path_factory)
+    try:
+        yield runs
+    finally:
+        runs.close()
 
 
 def rows(stdout: str, first: str) -> Dict[str, List[str]]:
@@ -54,10 +143,10 @@ def poll_tables(stdout: str) -> List[Dict[str, List[str]]]:
     return [rows(timing, r"1|30"), rows(instance, r"1|30")]
 
 
-def test_poll_prints_every_job_count_and_state_on_sqlite(tmp_path: Path) -> None:
+def test_poll_prints_every_job_count_and_state_on_sqlite(poll_runs: PollRuns) -> None:
     """scale.py --poll on SQLite: a timing row and an instance row per job count, the statements a
     call sent counted, the first count its own baseline, the temporary directory removed."""
-    proc = run("scale.py", *SMALL_POLL, "--store", "sqlite", tmp_path=tmp_path)
+    proc, tmp_path = poll_runs.result("sqlite")
     assert proc.returncode == 0, proc.stderr
     timing, instance = poll_tables(proc.stdout)
     assert sorted(timing) == ["1", "30"] and sorted(instance) == ["1", "30"], proc.stdout
@@ -72,16 +161,11 @@ def test_poll_prints_every_job_count_and_state_on_sqlite(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("kind", ["redis", "postgresql"])
-def test_poll_on_a_server_leaves_nothing_behind(kind: str, tmp_path: Path) -> None:
+def test_poll_on_a_server_leaves_nothing_behind(kind: str, poll_runs: PollRuns) -> None:
     """scale.py --poll on Redis and PostgreSQL: rows for every job count (PostgreSQL: the vacuumed
     state too), and each job count's key prefix or schema gone at the end."""
-    if kind == "redis":
-        host, port = SERVERS.redis()
-        url = f"redis://{host}:{port}/0"
-    else:
-        host, port, dbname = SERVERS.postgres()
-        url = f"postgresql://{host}:{port}/{dbname}"
-    proc = run("scale.py", *SMALL_POLL, "--store", url, tmp_path=tmp_path)
+    proc, _ = poll_runs.result(kind)
+    url = PollRuns.url(kind)
     assert proc.returncode == 0, proc.stderr
     timing, instance = poll_tables(proc.stdout)
     assert sorted(timing) == ["1", "30"] and sorted(instance) == ["1", "30"], proc.stdout
@@ -90,7 +174,7 @@ def test_poll_on_a_server_leaves_nothing_behind(kind: str, tmp_path: Path) -> No
     assert len(set(names)) == 2, proc.stderr
     for name in set(names):
         if kind == "redis":
-            client = redis.Redis(host=host, port=port)
+            client = redis.Redis.from_url(url)
             assert list(client.scan_iter(match=f"{name}:*")) == [], f"keys left under {name}"
             client.close()
         else:

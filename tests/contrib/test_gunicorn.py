@@ -19,6 +19,7 @@ per slot, its status, attempt, runner and hand-over) and the job's log lines
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -39,7 +40,7 @@ from flask import Flask
 import leasecron
 from leasecron import ConfigError
 from leasecron.contrib.gunicorn import ABORT_STOP_S, GunicornHooks, find_cron, hooks
-from tests.conftest import BACKENDS, Backend
+from tests.conftest import BACKENDS, Backend, selected_items
 from tests.helpers import wait_for
 
 from .gunicorn_support import EXAMPLE_DIR, Gunicorn, Tick, app_dir, by_slot, now_ms
@@ -139,33 +140,120 @@ def test_example_sets_the_heartbeat_these_tests_assume() -> None:
 # -- every slot exactly once --------------------------------------------------------------
 
 
+#: The configurations of the exactly-once test: (store, worker class, workers).
+EXACTLY_ONCE = {"sync-3-sqlite": ("sqlite", "sync", 3), "gthread-2-redis": ("redis", "gthread", 2)}
+
+
+@dataclasses.dataclass
+class ExactlyOnce:
+    """What one exactly-once server did: its store, the workers running a cron, the slots watched,
+    the app's page, and the job's log lines once the server stopped."""
+
+    store: leasecron.Store
+    master: int
+    pids: List[int]
+    slots: List[int]
+    page: Dict[str, Any]
+    ticks: List[Tick]
+
+
+class ExactlyOnceRuns:
+    """The servers of :func:`test_every_slot_runs_exactly_once_across_the_workers`, run at once.
+
+    Each configuration's server watches 15 slots of a 1 s job (mostly waiting): the first of
+    the module's selected copies of the test to ask starts every configuration's server and
+    its watch, each in a thread and a store namespace of its own, and each copy then waits for
+    its own and checks it. A server that failed (a wait that ran out, a bad exit) fails its copy.
+    """
+
+    TEST = "test_every_slot_runs_exactly_once_across_the_workers"
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._request = request
+        self._tmp_path_factory = tmp_path_factory
+        self._threads: Dict[str, threading.Thread] = {}
+        self._outcomes: Dict[str, Any] = {}
+        self._servers: List[Gunicorn] = []
+        self._backends: List[Backend] = []
+        self._lock = threading.Lock()
+
+    def _start(self, config: str) -> None:
+        tmp_path = self._tmp_path_factory.mktemp(f"exactly-once-{config}")
+        thread = threading.Thread(target=self._watch, args=(config, tmp_path), name=f"exactly-once-{config}")
+        self._threads[config] = thread
+        thread.start()
+
+    def _watch(self, config: str, tmp_path: Path) -> None:
+        store_name, worker_class, workers = EXACTLY_ONCE[config]
+        try:
+            backend = BACKENDS[store_name](tmp_path)
+            with self._lock:
+                self._backends.append(backend)
+            store = backend.open()
+            server = Gunicorn("g", app_dir(tmp_path), backend.url(), workers=workers, worker_class=worker_class)
+            with self._lock:
+                self._servers.append(server)
+            pids = server.wait_running()
+            first = next_slot(now_ms())
+            slots = [first + 1000 * i for i in range(SLOTS)]
+            wait_finished(store, slots[-1], timeout=SLOTS + 15)
+            page = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{server.port()}/", timeout=10).read())
+            server.wait_tick(lambda t: t.slot_ms == slots[-1] and t.kind == "done", 5, f"tick {slots[-1]} done")
+            stop(server)
+            self._outcomes[config] = ExactlyOnce(store, server.master, pids, slots, page, server.ticks())
+        except BaseException as exc:  # noqa: BLE001 - raised in the configuration's own test
+            self._outcomes[config] = exc
+
+    def result(self, config: str) -> ExactlyOnce:
+        """What the server of ``config`` did (the first call starts every configuration's server)."""
+        if not self._threads:
+            for item in selected_items(self._request, self.TEST):
+                self._start(item.callspec.id)
+        if config not in self._threads:
+            self._start(config)
+        self._threads[config].join(SLOTS + 75)
+        if self._threads[config].is_alive():
+            pytest.fail(f"{config}: the server's watch did not end within {SLOTS + 75} s")
+        outcome = self._outcomes[config]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Kill every server (if anything of it is alive) and clear every store's namespace."""
+        for thread in self._threads.values():
+            thread.join(SLOTS + 75)
+        for server in self._servers:
+            server.close()
+        for backend in self._backends:
+            backend.close()
+
+
+@pytest.fixture(scope="module")
+def exactly_once_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ExactlyOnceRuns]:
+    """The module's :class:`ExactlyOnceRuns`."""
+    runs = ExactlyOnceRuns(request, tmp_path_factory)
+    try:
+        yield runs
+    finally:
+        runs.close()
+
+
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize(
-    "store_backend, worker_class, workers",
-    [("sqlite", "sync", 3), ("redis", "gthread", 2)],
-    ids=["sync-3-sqlite", "gthread-2-redis"],
-    indirect=["store_backend"],
-)
-def test_every_slot_runs_exactly_once_across_the_workers(
-    store_backend: Backend, worker_class: str, workers: int, tmp_path: Path, servers: List[Gunicorn]
-) -> None:
+@pytest.mark.parametrize("config", list(EXACTLY_ONCE))
+def test_every_slot_runs_exactly_once_across_the_workers(config: str, exactly_once_runs: ExactlyOnceRuns) -> None:
     """Over 15 slots of a 1 s job, each ran once: one run at attempt 1, one start and one finish in the log;
-    the app answers on its port."""
-    store = store_backend.open()
-    server = start(servers, "g", app_dir(tmp_path), store_backend, workers=workers, worker_class=worker_class)
-    pids = server.wait_running()
-    assert server.master not in pids
-    first = next_slot(now_ms())
-    slots = [first + 1000 * i for i in range(SLOTS)]
-    wait_finished(store, slots[-1], timeout=SLOTS + 15)
-    page = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{server.port()}/", timeout=10).read())
+    the app answers on its port. (Both configurations run at once: see :class:`ExactlyOnceRuns`.)"""
+    _, worker_class, workers = EXACTLY_ONCE[config]
+    seen = exactly_once_runs.result(config)
+    pids, page = seen.pids, seen.page
+    assert seen.master not in pids
     assert page["pid"] in pids and page["cron"].startswith(f"<LeaseCron {runner_of(page['pid'])!r} running"), page
     assert page["runs"] and all(run["job"] == JOB for run in page["runs"]), page
-    server.wait_tick(lambda t: t.slot_ms == slots[-1] and t.kind == "done", 5, f"tick {slots[-1]} done")
-    stop(server)
-    ticks = server.ticks()
-    assert_exactly_once(store, ticks, slots, pids)
-    print(f"\n{worker_class} x{workers}: slots run per worker pid: {spread(ticks, slots)}")
+    assert_exactly_once(seen.store, seen.ticks, seen.slots, pids)
+    print(f"\n{worker_class} x{workers}: slots run per worker pid: {spread(seen.ticks, seen.slots)}")
 
 
 # -- SIGTERM: hand-over to another server ----------------------------------------------------

@@ -10,7 +10,7 @@ apart from the schedule. Times are real, on the store's clock, as in ``test_cont
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import pytest
 
@@ -18,7 +18,9 @@ import leasecron
 from leasecron import Store
 from leasecron.controls import JobState, ManualRequest
 from leasecron.runs import LATE_TOLERANCE_MS
+from leasecron.stores import DelegatingStore
 from leasecron.stores.base import REQUESTS_KEPT
+from tests.conftest import BACKENDS, Backend, selected_items
 from tests.helpers import wait_for
 from tests.stores.test_contract import JOB, LONG, claim, kill, recent, slots, stored, win
 
@@ -252,15 +254,110 @@ def test_pending_requests_lists_the_open_requests_of_every_job_oldest_first(stor
     assert store.pending_requests() == sorted([b, claimed_c], key=lambda r: (r.slot_ms, r.job))
 
 
-def test_a_request_that_nobody_claims_expires(store: Store) -> None:
-    """Rules 17 and 19 once the request's time ran out: it reads expired (job_state), leaves
-    pending_requests(), and its manual claim is late and marks it expired; nothing is run. A
-    claimed request leaves pending_requests() at its expiry too, and stays claimed."""
+#: Three requests that expire LATE_TOLERANCE_MS after they were made (max_late_ms 0), the third claimed.
+Expiring = Tuple[ManualRequest, ManualRequest, ManualRequest]
+#: A store and the requests made on it, or what was raised making them.
+Made = Tuple[Optional[Store], Union[Expiring, BaseException]]
+
+
+def make_expiring_requests(store: Store) -> Expiring:
+    """The first half of :func:`test_a_request_that_nobody_claims_expires`: the requests it waits out."""
     old = request(store, max_late_ms=0)
     other = request(store, job="other", max_late_ms=0)
     claimed = request(store, job="third", max_late_ms=0)
     assert manual(store, claimed, lease_ms=LONG).won
     assert dataclasses.replace(claimed, state="claimed") in store.pending_requests()
+    return old, other, claimed
+
+
+class ExpiringRequests:
+    """The requests of :func:`test_a_request_that_nobody_claims_expires`, made on every store at once.
+
+    That test has to wait out the 10 s of ``LATE_TOLERANCE_MS`` after its requests: one store after
+    another, 10 s per store (six here, three more where ``test_delegating`` collects this module
+    again). So the module's first test that opens a store (:func:`expiring_requests_made_early`)
+    makes them on a store of every backend that this module's copies of the test are parametrized
+    with (those selected in this session), each store in a namespace of its own, and the 10 s
+    pass while the tests before them run: each copy finds its own requests expired already, or
+    waits only for what is left of the 10 s. A store is opened the way that first test's own
+    ``store`` is: through a DelegatingStore when that is one. What went wrong making the requests
+    on a store (a failed assertion, an unreachable server) is raised in that store's copy.
+    """
+
+    TEST = "test_a_request_that_nobody_claims_expires"
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._request = request
+        self._tmp_path_factory = tmp_path_factory
+        self._backends: List[Backend] = []
+        self._made: Optional[Dict[str, Made]] = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the requests were made (on every store selected)."""
+        return self._made is not None
+
+    def start(self, like: Store) -> None:
+        """Make the requests on a store of every backend selected, opened the way ``like`` was."""
+        self._made = {}
+        for item in selected_items(self._request, self.TEST):
+            name = item.callspec.params["backend"]
+            self._made[name] = self._make(name, like)
+
+    def _make(self, name: str, like: Store) -> Made:
+        store: Optional[Store] = None
+        try:
+            backend = BACKENDS[name](self._tmp_path_factory.mktemp(f"expiring-{name}"))
+            self._backends.append(backend)
+            store = backend.open()
+            if isinstance(like, DelegatingStore):
+                store = DelegatingStore(store)
+            return store, make_expiring_requests(store)
+        except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:  # raised in its own test
+            return store, exc
+
+    def of(self, name: str, like: Store) -> Tuple[Store, Expiring]:
+        """The store of backend ``name`` and the requests made on it."""
+        if self._made is None:
+            self.start(like)
+        assert self._made is not None
+        if name not in self._made:  # a copy the session's items did not list: made now, alone
+            self._made[name] = self._make(name, like)
+        store, made = self._made[name]
+        if isinstance(made, BaseException):
+            raise made
+        assert store is not None
+        return store, made
+
+    def close(self) -> None:
+        """Close every store made, and clear its namespace."""
+        for backend in self._backends:
+            backend.close()
+
+
+@pytest.fixture(scope="module")
+def expiring_requests(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ExpiringRequests]:
+    """The module's :class:`ExpiringRequests`; its stores are closed at the end of the module."""
+    made = ExpiringRequests(request, tmp_path_factory)
+    yield made
+    made.close()
+
+
+@pytest.fixture(autouse=True)
+def expiring_requests_made_early(request: pytest.FixtureRequest, expiring_requests: ExpiringRequests) -> None:
+    """The module's first test that opens a store has the requests of :class:`ExpiringRequests` made."""
+    if not expiring_requests.started and "store" in request.fixturenames:
+        expiring_requests.start(like=request.getfixturevalue("store"))
+
+
+def test_a_request_that_nobody_claims_expires(store: Store, backend: Any, expiring_requests: ExpiringRequests) -> None:
+    """Rules 17 and 19 once the request's time ran out: it reads expired (job_state), leaves
+    pending_requests(), and its manual claim is late and marks it expired; nothing is run. A
+    claimed request leaves pending_requests() at its expiry too, and stays claimed. (The requests
+    were made by :func:`make_expiring_requests`, on every store at once: see :class:`ExpiringRequests`.)"""
+    store, (old, other, claimed) = expiring_requests.of(backend.name, like=store)
     last = max(old.expires_ms, other.expires_ms, claimed.expires_ms)  # made a few ms apart: all three expired
     wait_for(lambda: store.now_ms() > last, timeout=LATE_TOLERANCE_MS / 1000 + 5, interval=0.05)
     fresh = request(store)
