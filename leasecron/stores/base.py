@@ -16,6 +16,11 @@ backend, or a user's own store, implements the protected methods and
 ``now_ms`` and ``close``, and may trust its arguments. The conformance suite
 in ``tests/stores/`` is the executable form of the contract and can be
 pointed at any store.
+
+The operations that only read (``get_run``, ``runs``, ``recent_runs``,
+``unfinished``, ``jobs``, ``job_state``, ``job_states``,
+``pending_requests``) live in :class:`~leasecron.stores.reads.StoreReads`,
+which :class:`Store` extends: they decide nothing and carry no rule number.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import List, Optional, Sequence, Type
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, shown
-from ..runs import SCHEDULE, Claim, Run
+from ..runs import SCHEDULE, Claim
 from .claim_request import ClaimRequest
 from .checks import (
     MAX_INT,
@@ -39,10 +44,10 @@ from .checks import (
     check_int,
     check_job_name,
     check_note,
-    check_run_key,
     check_text,
     check_token,
 )
+from .reads import StoreReads
 
 #: The limits and checks the engine and the options share with the stores live in ``checks``; they
 #: are importable from here too, as before.
@@ -62,7 +67,7 @@ __all__ = [
 REQUESTS_KEPT = 20
 
 
-class Store(abc.ABC):
+class Store(StoreReads):
     """A shared record of runs: the contract every backend fulfils.
 
     Every method may raise :class:`~leasecron.StoreError` (or its subclass
@@ -259,16 +264,6 @@ class Store(abc.ABC):
         check_actor(by)
         return self._resume(job, by)
 
-    def job_state(self, job: str) -> JobState:
-        """What the store holds of ``job`` beyond its runs: its pause and its requests."""
-        check_job_name(job)
-        return self._job_state(job)
-
-    def job_states(self) -> List[JobState]:
-        """The state of every job that is paused or has requests kept, sorted by name, in one
-        call (for ``leasecron jobs`` and the dashboard)."""
-        return self._job_states()
-
     def request_run(self, job: str, *, by: str, max_late_ms: int = 30_000) -> ManualRequest:
         """Ask for one manual run of ``job`` now; returns the request (its ``slot_ms``).
 
@@ -285,33 +280,6 @@ class Store(abc.ABC):
         check_actor(by)
         check_int("max_late_ms", max_late_ms, 0)
         return self._request_run(job, by, max_late_ms)
-
-    def pending_requests(self) -> List[ManualRequest]:
-        """Every open request of every job, oldest slot first, in one call: those not expired on
-        the store's clock that are pending (an instance may claim them) or claimed (the run one
-        started may need a backup: an instance that finds one it did not win backs the run up).
-        Its cost grows with the number of such requests only, never with the runs or jobs
-        stored: an instance asks once per ``poll_ms`` for all of its jobs."""
-        return self._pending_requests()
-
-    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        """The stored run of ``job`` at ``slot_ms``, or ``None``."""
-        check_run_key(job, slot_ms)
-        return self._get_run(job, slot_ms)
-
-    def unfinished(self, job: str) -> List[Run]:
-        """The runs of ``job`` whose status is ``running``, oldest slot first."""
-        check_job_name(job)
-        return self._unfinished(job)
-
-    def runs(self, job: str, limit: int = 20) -> List[Run]:
-        """The stored runs of ``job``, newest slot first, at most ``limit``."""
-        check_job_name(job)
-        return self._runs(job, max(0, int(limit)))
-
-    def jobs(self) -> List[str]:
-        """The names of the jobs that have stored runs, sorted."""
-        return self._jobs()
 
     # -- what a backend implements -------------------------------------------------------
     #
@@ -349,36 +317,8 @@ class Store(abc.ABC):
         """:meth:`resume`, by rule 18."""
 
     @abc.abstractmethod
-    def _job_state(self, job: str) -> JobState:
-        """:meth:`job_state`."""
-
-    @abc.abstractmethod
-    def _job_states(self) -> List[JobState]:
-        """:meth:`job_states`."""
-
-    @abc.abstractmethod
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
         """:meth:`request_run`, by rule 19."""
-
-    @abc.abstractmethod
-    def _pending_requests(self) -> List[ManualRequest]:
-        """:meth:`pending_requests`."""
-
-    @abc.abstractmethod
-    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        """:meth:`get_run`."""
-
-    @abc.abstractmethod
-    def _unfinished(self, job: str) -> List[Run]:
-        """:meth:`unfinished`."""
-
-    @abc.abstractmethod
-    def _runs(self, job: str, limit: int) -> List[Run]:
-        """:meth:`runs`; ``limit`` is an integer of at least 0."""
-
-    @abc.abstractmethod
-    def _jobs(self) -> List[str]:
-        """:meth:`jobs`."""
 
     # -- for leasecron check ---------------------------------------------------------------
 

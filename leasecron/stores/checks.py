@@ -8,7 +8,8 @@ claim, and cost no more than a few comparisons.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Sequence
+from typing import List, Optional
 
 from ..errors import ConfigError, shown
 from ..runs import FINISH_STATUSES, REASONS
@@ -17,6 +18,7 @@ from .claim_request import ClaimRequest
 __all__ = [
     "MAX_INT",
     "MAX_NAME_BYTES",
+    "MAX_RECENT_JOBS",
     "OVERLAP_MODES",
     "check_claim",
     "check_finish",
@@ -25,6 +27,7 @@ __all__ = [
     "check_int",
     "check_note",
     "check_job_name",
+    "check_recent_runs",
     "check_run_key",
     "check_text",
     "check_token",
@@ -37,6 +40,10 @@ MAX_INT = 2**50
 #: The longest job name, in bytes of UTF-8: every store can key and index it
 #: (PostgreSQL's btree index rows hold at most about 2.7 kB).
 MAX_NAME_BYTES = 1024
+
+#: The most job names one ``recent_runs`` call takes: a call is one statement (one pipeline), and a
+#: page of the dashboard asks for 50.
+MAX_RECENT_JOBS = 1_000
 
 #: The values of a claim's ``overlap``.
 OVERLAP_MODES = ("skip", "allow")
@@ -147,3 +154,21 @@ def check_note(note: object) -> None:
     assert isinstance(note, str)
     if len(note) > MAX_NOTE_CHARS:
         raise ConfigError(f"note must be at most {MAX_NOTE_CHARS} characters, not {len(note)}")
+
+
+def check_recent_runs(jobs: object, limit: object) -> List[str]:
+    """The distinct names of ``jobs``, in the order they first appear, once ``jobs`` is found to
+    be a sequence of at most :data:`MAX_RECENT_JOBS` job names and ``limit`` an integer of at
+    least 1; else :class:`~leasecron.ConfigError` naming the first bad argument (a bad name by
+    its index)."""
+    if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
+        raise ConfigError(f"jobs must be a sequence (a list or tuple) of job names, not {shown(jobs)}")
+    if len(jobs) > MAX_RECENT_JOBS:
+        raise ConfigError(f"jobs holds {len(jobs)} names; recent_runs takes at most {MAX_RECENT_JOBS} per call")
+    for index, job in enumerate(jobs):
+        try:
+            check_job_name(job)
+        except ConfigError as exc:
+            raise ConfigError(f"jobs[{index}]: {exc}") from None
+    check_int("limit", limit, 1)
+    return list(dict.fromkeys(jobs))

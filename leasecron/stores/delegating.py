@@ -22,8 +22,10 @@ it and overrides only the protected methods it watches, calling
 
 The wrapper is the store the engine sees, so it sees every call an instance
 makes. What it forwards: every operation of the contract (``now_ms``,
-``claim``, ``heartbeat``, ``finish``, ``release``, ``get_run``,
-``unfinished``, ``runs``, ``jobs``, ``close``), the ``check`` helpers
+``claim``, ``claim_many``, ``heartbeat``, ``finish``, ``release``, ``pause``,
+``resume``, ``job_state``, ``job_states``, ``request_run``,
+``pending_requests``, ``get_run``, ``unfinished``, ``runs``, ``recent_runs``,
+``jobs``, ``close``), the ``check`` helpers
 (``server_version``, ``durability_warnings``) and ``kind``. A backend's own
 attributes (say a ``RedisStore``'s ``client``) are not forwarded, so that a
 type checker still catches a misspelt name: read them from
@@ -33,7 +35,7 @@ store's.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ..errors import ConfigError
 from ..controls import JobState, ManualRequest
@@ -112,6 +114,10 @@ class DelegatingStore(Store):
     def _runs(self, job: str, limit: int) -> List[Run]:
         """The inner store's runs of ``job``."""
         return self.inner._runs(job, limit)
+
+    def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
+        """The inner store's newest runs of ``jobs`` (its own round trip, not one per job)."""
+        return self.inner._recent_runs(jobs, limit)
 
     def _jobs(self) -> List[str]:
         """The inner store's job names."""

@@ -58,6 +58,9 @@ class _MemoryTable(Table):
         slots = self._runs.get(job, {})
         return [dataclasses.replace(slots[s]) for s in sorted(slots, reverse=True)[:limit]]
 
+    def recent(self, jobs: List[str], limit: int) -> Dict[str, List[Record]]:
+        return {job: self.latest(job, limit) for job in jobs}
+
     def jobs(self) -> List[str]:
         return sorted(self._runs)
 

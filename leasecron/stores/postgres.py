@@ -369,6 +369,14 @@ class PostgresStore(Store):
     def _runs(self, job: str, limit: int) -> List[Run]:
         return [_run(row) for row in self._all("runs", f"reading {job!r}", job=job, limit=limit)]
 
+    def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
+        """One statement (``recent_runs`` in ``queries.sql``)."""
+        found: Dict[str, List[Run]] = {job: [] for job in jobs}
+        for row in self._all("recent_runs", f"reading the runs of {len(jobs)} jobs", jobs=jobs, limit=limit):
+            run = _run(row)
+            found[run.job].append(run)
+        return found
+
     def _jobs(self) -> List[str]:
         return [row[0] for row in self._all("jobs", "listing jobs")]
 

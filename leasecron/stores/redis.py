@@ -10,7 +10,9 @@ the store contract they carry out. A script the server does not know (a restart,
 a failover) answers ``NOSCRIPT``; the store then loads it and calls again.
 A batch of claims (``claim_many``, rule 21) is one pipeline of claim.lua
 calls: one round trip, one per node of a cluster; each call is as atomic as a
-single claim.
+single claim. ``recent_runs`` is one pipeline of runs.lua calls, likewise.
+How the store calls the server, and the operations that only read, are
+:class:`~leasecron.stores.redis_reads.RedisReads`, the base of the store.
 
 Keys. One job's state lives in six keys that share one hash tag, so a
 cluster keeps them on one slot and a script can touch them all::
@@ -91,18 +93,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
-from ..runs import Claim, Run
+from ..runs import Claim
 from ..states import RequestState
 from . import require
-from .base import ClaimRequest, Store
+from .base import ClaimRequest
 from .redis_server import durability_warnings, server_version, store_error as _store_error
+from .redis_reads import RedisReads
 from .redis_scripts import (
-    claim_args, control_keys, index_member, job_keys, load_scripts, read_claim, read_index, read_run, read_state, text,
+    claim_args, control_keys, index_member, job_keys, load_scripts, read_claim, read_state, text,
 )  # fmt: skip
 from .urls import masked_url, without_secrets
 
@@ -122,7 +125,7 @@ DEFAULT_MAX_CONNECTIONS = 64
 _load_scripts = load_scripts  # the name the script tests use
 
 
-class RedisStore(Store):
+class RedisStore(RedisReads):
     """The store contract on Redis or Valkey (``redis://``, ``rediss://``,
     ``valkey://``, ``valkeys://``).
 
@@ -215,25 +218,6 @@ class RedisStore(Store):
         store._label = shown
         return store
 
-    # -- calls -------------------------------------------------------------------
-
-    def _call(self, doing: str, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except self._redis.exceptions.RedisError as exc:
-            raise _store_error(self._redis, exc, doing) from exc
-
-    def _script(self, name: str, job: str, *args: Union[str, int]) -> Any:
-        script = self._scripts[name]
-        try:  # as _call, with the message made only on an error
-            return script(self.client, script.job_keys(self.prefix, job), args)
-        except self._redis.exceptions.RedisError as exc:
-            raise _store_error(self._redis, exc, f"{name} of {job!r}") from exc
-
-    def _index(self, doing: str, *args: Union[str, int]) -> Any:
-        """index.lua on the index of pending requests (see the module's docstring)."""
-        return self._call(doing, self._scripts["index"], self.client, [self._pending_key], args)
-
     def _register(self, jobs: Sequence[str], again: bool = False) -> None:
         """Add ``jobs`` to the jobs set, in one call: those this process has not added yet, or
         all of them ``again`` (their first run was stored)."""
@@ -244,11 +228,7 @@ class RedisStore(Store):
             with self._lock:
                 self._registered.update(new)
 
-    # -- the contract (arguments checked by Store) -------------------------------------
-
-    def now_ms(self) -> int:
-        seconds, micros = self._call("reading the server's clock", self.client.time)
-        return int(seconds) * 1000 + int(micros) // 1000
+    # -- the contract's writes (arguments checked by Store; the reads: RedisReads) -------
 
     def _claim(self, request: ClaimRequest) -> Claim:
         self._register((request.job,))
@@ -257,13 +237,8 @@ class RedisStore(Store):
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
         """One pipeline of claim.lua calls: one round trip, one per node of a cluster."""
         self._register(list(dict.fromkeys(request.job for request in requests)))
-        script = self._scripts["claim"]
-        calls = [(script.job_keys(self.prefix, request.job), claim_args(request)) for request in requests]
-        replies = self._call(f"claims of {len(requests)} jobs", script.many, self.client, calls)
-        for request, reply in zip(requests, replies):
-            if isinstance(reply, Exception):
-                raise _store_error(self._redis, reply, f"claim of {request.job!r}") from reply
-        return self._answers(requests, replies)
+        jobs, args = [request.job for request in requests], [claim_args(request) for request in requests]
+        return self._answers(requests, self._script_many("claim", jobs, args, f"claims of {len(requests)} jobs"))
 
     def _answers(self, requests: List[ClaimRequest], replies: List[Any]) -> List[Claim]:
         """The claims claim.lua answered, once the jobs set and the index of requests know what
@@ -319,23 +294,6 @@ class RedisStore(Store):
     def _resume(self, job: str, by: str) -> JobState:
         return read_state(job, self._script("pause", job, "resume", by))
 
-    def _job_state(self, job: str) -> JobState:
-        return read_state(job, self._script("state", job))
-
-    def _job_states(self) -> List[JobState]:
-        def queue(pipe: Any, name: str) -> None:
-            paused, requests = control_keys(self.prefix, name)
-            pipe.hmget(paused, "by", "ms", "note")
-            pipe.hgetall(requests)
-
-        now = self.now_ms()  # the states are judged at one clock
-        states = []
-        for name, (pause, requests) in self._each_member(self._controlled_key, "reading job states", queue):
-            state = read_state(name, [now, *pause, *(part for pair in requests.items() for part in pair)])
-            if state.paused or state.requests:
-                states.append(state)
-        return states
-
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
         self._call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
         slot, expires = (int(text(value)) for value in self._script("request", job, by, max_late_ms))
@@ -345,46 +303,6 @@ class RedisStore(Store):
         )
         self._index(doing, "add", index_member(job, slot, by), expires)
         return ManualRequest(job, slot, by, expires, RequestState.PENDING)
-
-    def _pending_requests(self) -> List[ManualRequest]:
-        return read_index(self._index("reading the pending requests", "read"))
-
-    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
-        raw = self._call(f"reading {job!r}", self.client.hget, job_keys(self.prefix, job)[0], str(slot_ms))
-        return None if raw is None else read_run(job, str(slot_ms), raw)
-
-    def _unfinished(self, job: str) -> List[Run]:
-        return self._read_runs(job, "unfinished", 0)
-
-    def _runs(self, job: str, limit: int) -> List[Run]:
-        return self._read_runs(job, "runs", limit)
-
-    def _read_runs(self, job: str, which: str, limit: int) -> List[Run]:
-        reply = self._script("runs", job, which, limit)
-        return [read_run(job, reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
-
-    def _jobs(self) -> List[str]:
-        def queue(pipe: Any, name: str) -> None:
-            pipe.exists(job_keys(self.prefix, name)[1])
-
-        return [name for name, (found,) in self._each_member(self._jobs_key, "listing jobs", queue) if found]
-
-    def _each_member(self, key: str, doing: str, queue: Callable[[Any, str], None]) -> List[Tuple[str, List[Any]]]:
-        """The names in the set ``key``, sorted, each with the replies of the commands that
-        ``queue(pipe, name)`` puts in one pipeline (a cluster's takes no script)."""
-        names = sorted(text(m) for m in self._call(doing, self.client.smembers, key))
-        if not names:
-            return []
-
-        def read() -> List[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                queue(pipe, name)
-            return list(pipe.execute())
-
-        replies = self._call(doing, read)
-        each = len(replies) // len(names)
-        return [(name, replies[i * each : (i + 1) * each]) for i, name in enumerate(names)]
 
     def server_version(self) -> str:
         """The server's kind and version, for example ``Valkey 9.1.2`` or ``Redis 7.0.15``."""

@@ -193,6 +193,12 @@ class TableStore(Store):
         with self._read() as table:
             return [r.to_run() for r in table.latest(job, limit)]
 
+    def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
+        """One read section (the memory store's lock; one SQLite statement)."""
+        with self._read() as table:
+            found = table.recent(jobs, limit)
+        return {job: [record.to_run() for record in found.get(job, ())] for job in jobs}
+
     def _jobs(self) -> List[str]:
         with self._read() as table:
             return table.jobs()

@@ -5,6 +5,7 @@ or NULL when they are the one attempt the run's own fields describe (most runs: 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any, Dict, List, Optional
 
@@ -63,6 +64,12 @@ class SQLiteTable(Table):
 
     def latest(self, job: str, limit: int) -> List[Record]:
         return self._all("latest", job=job, limit=limit)
+
+    def recent(self, jobs: List[str], limit: int) -> Dict[str, List[Record]]:
+        found: Dict[str, List[Record]] = {}
+        for record in self._all("recent", jobs=json.dumps(jobs), limit=limit):
+            found.setdefault(record.job, []).append(record)
+        return found
 
     def jobs(self) -> List[str]:
         return [row[0] for row in self._rows("jobs")]

@@ -11,7 +11,7 @@ ran out is only *read* as ``expired``, by the rules).
 from __future__ import annotations
 
 import abc
-from typing import List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 from ..controls import JobState, ManualRequest
 from .records import Record
@@ -55,6 +55,11 @@ class Table(abc.ABC):
     @abc.abstractmethod
     def latest(self, job: str, limit: int) -> List[Record]:
         """At most ``limit`` records of ``job``, newest slot first."""
+
+    @abc.abstractmethod
+    def recent(self, jobs: List[str], limit: int) -> Dict[str, List[Record]]:
+        """At most ``limit`` records of each of ``jobs`` (distinct names), newest slot first, in
+        one read (one statement on SQLite); a job without records may be left out."""
 
     @abc.abstractmethod
     def jobs(self) -> List[str]:

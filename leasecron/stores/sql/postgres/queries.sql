@@ -151,6 +151,19 @@ SELECT * FROM {schema}.{table} WHERE job = %(job)s AND status = 'running' ORDER 
 -- Takes: job, limit. Returns: runs, newest slot first.
 SELECT * FROM {schema}.{table} WHERE job = %(job)s ORDER BY slot_ms DESC LIMIT %(limit)s;
 
+-- name: recent_runs
+-- Takes: jobs (an array of distinct job names), limit. Returns: the newest
+-- `limit` runs of each job, by job in the array's order, newest slot first:
+-- one statement (Store.recent_runs). Each job is a LATERAL read of the
+-- primary key from its newest slot down, `limit` rows however long its
+-- history.
+SELECT r.*
+FROM unnest(%(jobs)s::text[]) WITH ORDINALITY AS w(job, n)
+CROSS JOIN LATERAL (
+    SELECT * FROM {schema}.{table} t WHERE t.job = w.job ORDER BY t.slot_ms DESC LIMIT %(limit)s
+) r
+ORDER BY w.n, r.slot_ms DESC;
+
 -- name: jobs
 -- Returns: the names of the jobs with stored runs, in code point order (a
 -- job paused before it ran has a row in {table}_jobs, and no run).

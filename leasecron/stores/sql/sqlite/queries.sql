@@ -53,6 +53,24 @@ SELECT * FROM {table} INDEXED BY {table}_running WHERE job = :job AND status = '
 -- Takes: job, limit. Returns: runs, newest slot first.
 SELECT * FROM {table} WHERE job = :job ORDER BY slot_ms DESC LIMIT :limit;
 
+-- name: recent
+-- Takes: jobs (a JSON array of distinct job names), limit. Returns: the
+-- newest `limit` runs of each job, by job in the array's order, newest slot
+-- first: one statement (Store.recent_runs). The names are one parameter
+-- (json_each), so no call comes near SQLite's limit on bound variables.
+-- For each name the subquery finds the slot of its limit-th newest run (-1
+-- when it has fewer: slots are never negative), and the primary key is read
+-- from there on: `limit` rows a job, however long its history (a window
+-- function would number every stored run of the job).
+SELECT r.*
+FROM json_each(:jobs) AS w
+JOIN {table} AS r ON r.job = w.value
+WHERE r.slot_ms >= IFNULL(
+    (SELECT s.slot_ms FROM {table} AS s WHERE s.job = w.value ORDER BY s.slot_ms DESC LIMIT 1 OFFSET :limit - 1),
+    -1
+)
+ORDER BY w.key, r.slot_ms DESC;
+
 -- name: jobs
 -- Returns: the job names, sorted.
 SELECT DISTINCT job FROM {table} ORDER BY job;

@@ -1,0 +1,133 @@
+"""The reads of the store contract: the operations that decide nothing and write nothing.
+
+:class:`StoreReads` is the half of :class:`~leasecron.Store` (``base.py``)
+that only reads: one run (``get_run``), a job's running and newest runs
+(``unfinished``, ``runs``), the newest runs of many jobs at once
+(``recent_runs``), the names of the jobs (``jobs``), and what the store holds
+of the jobs beyond their runs (``job_state``, ``job_states``,
+``pending_requests``). They carry no rule number: ``docs/protocol.rst``
+numbers the rules of the operations that decide, and a read changes nothing
+a rule looks at.
+
+As in ``base.py``, each public method checks its arguments once and calls
+the protected method of the same name (``runs`` calls ``_runs``), which a
+backend implements and which may trust its arguments. Every protected read
+is abstract but ``_recent_runs``: its default asks ``_runs`` once per job,
+so a user's own store keeps working, and every backend of this package
+overrides it with one round trip (one per node of a Redis Cluster): a
+dashboard page of 50 jobs is one store call, not 50.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Dict, List, Optional, Sequence
+
+from ..controls import JobState, ManualRequest
+from ..runs import Run
+from .checks import check_job_name, check_recent_runs, check_run_key
+
+__all__ = ["StoreReads"]
+
+
+class StoreReads(abc.ABC):
+    """The operations of the store contract that only read (the base of :class:`~leasecron.Store`).
+
+    A bad argument raises :class:`~leasecron.ConfigError` naming it, before
+    the store is asked; a failing store raises :class:`~leasecron.StoreError`.
+    """
+
+    def job_state(self, job: str) -> JobState:
+        """What the store holds of ``job`` beyond its runs: its pause and its requests."""
+        check_job_name(job)
+        return self._job_state(job)
+
+    def job_states(self) -> List[JobState]:
+        """The state of every job that is paused or has requests kept, sorted by name, in one
+        call (for ``leasecron jobs`` and the dashboard)."""
+        return self._job_states()
+
+    def pending_requests(self) -> List[ManualRequest]:
+        """Every open request of every job, oldest slot first, in one call: those not expired on
+        the store's clock that are pending (an instance may claim them) or claimed (the run one
+        started may need a backup: an instance that finds one it did not win backs the run up).
+        Its cost grows with the number of such requests only, never with the runs or jobs
+        stored: an instance asks once per ``poll_ms`` for all of its jobs."""
+        return self._pending_requests()
+
+    def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        """The stored run of ``job`` at ``slot_ms``, or ``None``."""
+        check_run_key(job, slot_ms)
+        return self._get_run(job, slot_ms)
+
+    def unfinished(self, job: str) -> List[Run]:
+        """The runs of ``job`` whose status is ``running``, oldest slot first."""
+        check_job_name(job)
+        return self._unfinished(job)
+
+    def runs(self, job: str, limit: int = 20) -> List[Run]:
+        """The stored runs of ``job``, newest slot first, at most ``limit``."""
+        check_job_name(job)
+        return self._runs(job, max(0, int(limit)))
+
+    def recent_runs(self, jobs: Sequence[str], limit: int = 30) -> Dict[str, List[Run]]:
+        """The newest ``limit`` runs of each of ``jobs`` (newest first, as :meth:`runs` answers),
+        in one round trip (one per node on a Redis Cluster).
+
+        Every name of ``jobs`` is a key of the answer, in the order the
+        names first appear (an empty list for a job without runs);
+        duplicates are answered once. Each run holds its attempts, as
+        :meth:`runs` gives them. Each job's list is read at one moment;
+        the lists of two jobs may be read moments apart (on Redis each job
+        is one script call of the pipeline), as two calls of :meth:`runs`
+        would be.
+
+        ``jobs`` is a sequence (a list, a tuple) of at most
+        :data:`~leasecron.stores.checks.MAX_RECENT_JOBS` job names, and
+        ``limit`` an integer of at least 1; a bad one is a
+        :class:`~leasecron.ConfigError` naming it (and a bad name its
+        index), before the store is asked. No names: ``{}``, without
+        asking the store.
+        """
+        names = check_recent_runs(jobs, limit)
+        return self._recent_runs(names, limit) if names else {}
+
+    def jobs(self) -> List[str]:
+        """The names of the jobs that have stored runs, sorted."""
+        return self._jobs()
+
+    # -- what a backend implements (the arguments checked, see base.py) -----------------
+
+    @abc.abstractmethod
+    def _job_state(self, job: str) -> JobState:
+        """:meth:`job_state`."""
+
+    @abc.abstractmethod
+    def _job_states(self) -> List[JobState]:
+        """:meth:`job_states`."""
+
+    @abc.abstractmethod
+    def _pending_requests(self) -> List[ManualRequest]:
+        """:meth:`pending_requests`."""
+
+    @abc.abstractmethod
+    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        """:meth:`get_run`."""
+
+    @abc.abstractmethod
+    def _unfinished(self, job: str) -> List[Run]:
+        """:meth:`unfinished`."""
+
+    @abc.abstractmethod
+    def _runs(self, job: str, limit: int) -> List[Run]:
+        """:meth:`runs`; ``limit`` is an integer of at least 0."""
+
+    def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
+        """:meth:`recent_runs` of at least one distinct, checked name and a ``limit`` of at least
+        1, every name a key of the answer: one :meth:`_runs` per job unless the backend does
+        better."""
+        return {job: self._runs(job, limit) for job in jobs}
+
+    @abc.abstractmethod
+    def _jobs(self) -> List[str]:
+        """:meth:`jobs`."""
