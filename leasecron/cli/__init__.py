@@ -22,12 +22,18 @@
 ``leasecron check URL``                           connectivity, schema, clock offset, round trip
 ``leasecron run module:attr``                     run a LeaseCron object until SIGTERM (a warm
                                                   stop); a second signal stops at once (cold)
+``leasecron dashboard [URL] [--app]``             the dashboard in a browser: every job, a job's
+                                                  runs and their attempts, a run; pause, resume,
+                                                  trigger; ``--host``, ``--port``,
+                                                  ``--read-only``, ``--password`` (needs the
+                                                  ``dashboard`` extra)
 ================================================  ===============================================
 
-Every command but ``demo``, ``check`` and ``run`` takes ``--json``;
+Every command but ``demo``, ``check``, ``run`` and ``dashboard`` takes ``--json``;
 ``pause``, ``resume`` and ``trigger`` take ``--by WHO`` (default:
 ``user@host``). The commands live in :mod:`~leasecron.cli.commands`,
-:mod:`~leasecron.cli.controls` and :mod:`~leasecron.cli.show` (one function
+:mod:`~leasecron.cli.controls`, :mod:`~leasecron.cli.show` and
+:mod:`~leasecron.cli.dashboard` (one function
 per command, shared with the ``flask leasecron`` group of
 :mod:`leasecron.contrib.flask`), their tables in :mod:`~leasecron.cli.tables`.
 ``runs``, ``jobs`` and ``show`` only read;
@@ -45,7 +51,7 @@ from typing import Any, List, Optional
 
 from .. import __version__
 from ..errors import ConfigError, LeaseCronError
-from . import commands, controls, demo, show
+from . import commands, controls, dashboard, demo, show
 
 __all__ = ["main", "build_parser"]
 
@@ -180,6 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="level of the leasecron log on stderr (default: INFO)",
     )
+
+    served = _command(
+        sub,
+        "dashboard",
+        "serve the dashboard: every job, its runs and their attempts, pause, resume and trigger, in a browser",
+        "Serve the dashboard's pages and JSON API (leasecron.contrib.dashboard; needs the dashboard extra) with"
+        " gunicorn (1 worker, threads) when it is installed, else Werkzeug's threaded server, until SIGTERM or"
+        " Ctrl-C. It listens on 127.0.0.1 by default; any address that is not loopback requires a password"
+        " (HTTP basic authentication). Creates no store: a store that does not exist or has no schema yet is an"
+        " error naming what is missing.",
+    )
+    dashboard.add_arguments(served)
     return parser
 
 
@@ -234,6 +252,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "trigger": controls.cmd_trigger,
         "check": commands.cmd_check,
         "run": commands.cmd_run,
+        "dashboard": dashboard.cmd_dashboard,
     }
     try:
         return handlers[args.command](args)

@@ -52,6 +52,7 @@ __all__ = [
     "cmd_resume",
     "cmd_trigger",
     "check_registered",
+    "creating_nothing",
     "pause_output",
     "resume_output",
     "trigger",
@@ -104,7 +105,18 @@ def _existing(url: str, command: str) -> Iterator[Store]:
     """The store at ``url`` opened to write without creating anything; its missing parts said plainly."""
     store = open_store(url, create=False)
     try:
-        yield store
+        with creating_nothing(command):
+            yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def creating_nothing(command: str) -> Iterator[None]:
+    """Turn the error of a store opened with ``create=False`` that misses a part (file, schema, table)
+    into a :class:`CommandError` that names the part and says ``leasecron COMMAND`` creates none."""
+    try:
+        yield
     except StoreError as exc:
         if "create=False" not in str(exc):
             raise
@@ -113,8 +125,6 @@ def _existing(url: str, command: str) -> Iterator[Store]:
             f"{what}: `leasecron {command}` creates no store (check the URL, or start an instance or run"
             " `leasecron check URL`, which create it)"
         ) from exc
-    finally:
-        store.close()
 
 
 def _print(lines: List[str]) -> None:

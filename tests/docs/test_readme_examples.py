@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.docs.readme_examples import README, ROOT, readme_examples
@@ -32,6 +34,12 @@ def test_readme_block_is_the_file_the_tests_run(path: str) -> None:
 
 
 def test_every_example_file_is_shown_in_the_readme() -> None:
-    """Each file under examples/ is a README block: no example is tested that readers cannot see."""
+    """Each file under examples/ is a README block, or included whole by a page of docs/
+    (``.. literalinclude::``): no example is tested that readers cannot see."""
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*") if p.is_file())
-    assert files and sorted(EXAMPLES) == [f for f in files if "__pycache__" not in f]
+    included = {
+        str((ROOT / "docs" / name).resolve().relative_to(ROOT))
+        for page in (ROOT / "docs").glob("*.rst")
+        for name in re.findall(r"^\.\. literalinclude:: (\S+)", page.read_text(encoding="utf-8"), re.M)
+    }
+    assert files and sorted(set(EXAMPLES) | included) == [f for f in files if "__pycache__" not in f]

@@ -1,0 +1,139 @@
+"""The dashboard: every job and run of a store in a browser, and pause, resume, trigger.
+
+Mount it in a Flask app of your own (behind the app's own authentication,
+say)::
+
+    from leasecron.contrib.dashboard import blueprint
+
+    app.register_blueprint(blueprint(store, cron=cron), url_prefix="/cron")
+
+or serve it alone: :func:`create_app` is the app ``leasecron dashboard``
+serves. Pages (server-rendered, readable without JavaScript; ``dashboard.js``
+refreshes them every ``refresh_ms`` and shows times in the viewer's zone):
+
+* ``/`` every job: schedule and next slot (with ``cron``), pause (who, when,
+  note), the last 30 runs as coloured marks, live runs with lease left, the
+  actions; ``?page=``, ``?per_page=`` (at most 500), ``?q=`` (name contains);
+* ``/jobs/<job>`` one job's runs, each with its attempts as a timeline;
+  ``?status=``, ``?limit=``;
+* ``/jobs/<job>/runs/<slot_ms>`` one run: every field and attempt, errors in full;
+* ``/api/...`` the same as JSON, and the actions (:mod:`.api`).
+
+The design, module by module: :mod:`.rows` reads what a page shows in a
+fixed number of store calls (four for a page of jobs, however many jobs
+the store holds); :mod:`.views` and :mod:`.api` render it as HTML or
+JSON; :mod:`.actions` pauses, resumes and triggers for both;
+:mod:`.links` makes a link to a job that leads back to it whatever its name
+(``/``, ``..``, ``%``); :mod:`.security` holds the password check (HTTP
+basic, constant time), the CSRF double submit, the safe redirects and the
+headers. Nothing is kept between requests: several server processes may
+serve one dashboard. Job names and error texts are escaped everywhere
+(Jinja's autoescape; no ``|safe`` on data) and no store URL's password is
+shown: the pages name the store by its ``repr``, which hides it.
+
+Flask comes with the ``dashboard`` extra (``pip install 'leasecron[dashboard]'``);
+nothing outside :mod:`leasecron.contrib` imports this package.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+try:
+    from flask import Blueprint, Flask, Response, request
+    from flask.blueprints import BlueprintSetupState
+except ImportError as exc:  # pragma: no cover - the test environment has Flask
+    raise ImportError(
+        f"leasecron.contrib.dashboard needs Flask: pip install 'leasecron[dashboard]' ({exc})"
+    ) from exc
+
+from ...cron import LeaseCron
+from ...errors import ConfigError, StoreError
+from ...stores import Store
+from .api import add_api, error_json, is_api
+from .links import CONVERTER, JobConverter
+from .security import SECURITY_HEADERS, challenge, password_ok
+from .settings import DEFAULT_NAME, DashboardError, Settings
+from .views import add_pages, error_page
+
+__all__ = ["blueprint", "create_app", "DashboardError", "Settings"]
+
+
+def blueprint(
+    store: Store,
+    *,
+    cron: Optional[LeaseCron] = None,
+    read_only: bool = False,
+    password: Optional[str] = None,
+    refresh_ms: int = 2000,
+    name: str = DEFAULT_NAME,
+) -> Blueprint:
+    """The dashboard of ``store`` as a Flask blueprint: ``app.register_blueprint(bp, url_prefix="/cron")``.
+
+    ``cron`` (your :class:`~leasecron.LeaseCron`) adds schedules, next slots
+    and its registered jobs; ``read_only`` hides every action and refuses
+    every POST (403); ``password`` requires HTTP basic authentication (any
+    user name) on every page and endpoint; ``refresh_ms`` is how often the
+    pages refresh in the browser (0: never); ``name`` the blueprint's name
+    (two dashboards on one app need two). A bad argument is a
+    :class:`~leasecron.ConfigError` naming it.
+    """
+    settings = Settings(store, cron, read_only, password, refresh_ms, name)
+    bp = Blueprint(name, __name__, template_folder="templates", static_folder="static", static_url_path="/static")
+    bp.record_once(_add_converter)  # before any rule: the rules need it when they are added to the app
+
+    @bp.before_request
+    def authenticate() -> Optional[Response]:
+        if settings.password is not None and not password_ok(request, settings.password):
+            return challenge()
+        return None
+
+    @bp.after_request
+    def secure(response: Response) -> Response:
+        for header, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(header, value)
+        if not (request.endpoint or "").endswith(".static"):
+            response.headers.setdefault("Cache-Control", "no-store")  # live data: never from a cache
+        return response
+
+    def refuse(status: int, message: str) -> Response:
+        return error_json(status, message) if is_api() else error_page(settings, status, message)
+
+    @bp.errorhandler(DashboardError)
+    def refused(exc: DashboardError) -> Response:
+        return refuse(exc.status, exc.message)
+
+    @bp.errorhandler(ConfigError)
+    def bad_input(exc: ConfigError) -> Response:
+        return refuse(400, str(exc))
+
+    @bp.errorhandler(StoreError)
+    def store_failed(exc: StoreError) -> Response:
+        return refuse(503, f"the store failed: {type(exc).__name__}: {exc}")
+
+    add_pages(bp, settings)
+    add_api(bp, settings)
+    return bp
+
+
+def _add_converter(state: BlueprintSetupState) -> None:
+    converters = state.app.url_map.converters
+    if converters.setdefault(CONVERTER, JobConverter) is not JobConverter:
+        raise ConfigError(f"the Flask app has a URL converter {CONVERTER!r} of its own: the dashboard needs the name")
+
+
+def create_app(
+    store: Store,
+    *,
+    cron: Optional[LeaseCron] = None,
+    read_only: bool = False,
+    password: Optional[str] = None,
+    refresh_ms: int = 2000,
+) -> Flask:
+    """A Flask app that serves the dashboard of ``store`` at ``/`` (what ``leasecron dashboard``
+    serves); the arguments are :func:`blueprint`'s."""
+    app = Flask(__name__, static_folder=None)  # the blueprint's static folder serves /static
+    app.register_blueprint(
+        blueprint(store, cron=cron, read_only=read_only, password=password, refresh_ms=refresh_ms)
+    )
+    return app

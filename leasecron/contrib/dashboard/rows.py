@@ -1,0 +1,235 @@
+"""What the dashboard shows, read from the store in a fixed number of calls per page.
+
+The jobs page must stay fast with 10,000 jobs of 100 runs each, so it never
+asks the store once per job. A page of jobs is four calls whatever the number
+of jobs: the store's clock (``now_ms``), every job name with stored runs
+(``jobs``), every paused job and its requests (``job_states``), and the
+newest :data:`MARKS` runs of each job *on the page* (``recent_runs``, one
+round trip). The names are the union the ``leasecron jobs`` command shows:
+stored runs, pauses and requests, and the jobs of the application's
+:class:`~leasecron.LeaseCron` when one is given (its schedules give the next
+slots; the store holds no schedules). They are filtered (``q``) and cut into
+pages before the runs are read.
+
+A job's page is three calls (``now_ms``, ``job_state``, ``runs``) and a
+run's page two (``now_ms``, ``get_run``). Everything here is plain data:
+the views render it as HTML (:mod:`.views`) or JSON (:mod:`.api`), with the
+formatting of the command line's tables (:mod:`leasecron.cli.tables`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ...controls import JobState
+from ...cron import LeaseCron
+from ...runs import Attempt, Run
+from ...states import AttemptOutcome, Status
+from ...stores import Store
+from ...cli.tables import format_schedule
+from .settings import DashboardError
+
+__all__ = [
+    "DEFAULT_PER_PAGE",
+    "DEFAULT_RUNS",
+    "HANDED_OVER",
+    "MARKS",
+    "MAX_PAGE",
+    "MAX_PER_PAGE",
+    "MAX_RUNS",
+    "Bar",
+    "JobView",
+    "JobsPage",
+    "bars",
+    "job_dict",
+    "live_dict",
+    "live_runs",
+    "mark_status",
+    "number_arg",
+    "paging",
+    "read_job",
+    "read_jobs_page",
+    "status_arg",
+]
+
+#: How many of a job's newest runs the jobs page shows as marks.
+MARKS = 30
+DEFAULT_PER_PAGE = 50
+MAX_PER_PAGE = 500
+#: The largest page number taken (far beyond any store; it keeps the arithmetic small).
+MAX_PAGE = 10**9
+#: How many runs a job's page (and ``/api/jobs/<job>/runs``) shows unless ``?limit=`` says otherwise.
+DEFAULT_RUNS = 100
+MAX_RUNS = 1000
+#: The mark of a run whose latest attempt was released by a stopping instance, not yet taken over.
+HANDED_OVER = "handed-over"
+
+
+def number_arg(args: Mapping[str, str], name: str, default: int, maximum: int) -> int:
+    """The whole number of query argument ``name`` (``default`` when absent), from 1 to ``maximum``;
+    anything else is a :class:`DashboardError` (400) naming the argument."""
+    text = args.get(name)
+    if text is None or text == "":
+        return default
+    if not (text.isascii() and text.isdigit() and len(text) <= 18) or not 1 <= int(text) <= maximum:
+        raise DashboardError(400, f"?{name}= must be a whole number from 1 to {maximum}, not {text[:40]!r}")
+    return int(text)
+
+
+def paging(args: Mapping[str, str]) -> Tuple[int, int]:
+    """The ``?page=`` (from 1) and ``?per_page=`` (at most :data:`MAX_PER_PAGE`) of a jobs list."""
+    return number_arg(args, "page", 1, MAX_PAGE), number_arg(args, "per_page", DEFAULT_PER_PAGE, MAX_PER_PAGE)
+
+
+def status_arg(args: Mapping[str, str]) -> Optional[str]:
+    """The ``?status=`` filter: a run status, or None for every run; anything else is a 400."""
+    status = args.get("status") or None
+    if status is not None and status not in Status.values():
+        raise DashboardError(400, f"?status= must be one of {', '.join(Status.values())}, not {status[:40]!r}")
+    return status
+
+
+def mark_status(run: Run, now_ms: int) -> str:
+    """What a run's mark shows: its status, or :data:`HANDED_OVER` for a running run whose latest
+    attempt was released by a stopping instance and not yet taken over (``now_ms``: the store's
+    clock, for a run that records no attempts)."""
+    if run.status != Status.RUNNING:
+        return str(run.status)
+    if run.attempts:
+        released = run.attempts[-1].outcome == AttemptOutcome.HANDED_OVER
+    else:  # a run without recorded attempts: released is all its fields can say
+        released = run.handed_over and run.lease_end_ms <= now_ms
+    return HANDED_OVER if released else str(run.status)
+
+
+def live_runs(runs: Sequence[Run], now_ms: int) -> List[Run]:
+    """The runs that are running with a live lease on the store's clock ``now_ms``, oldest slot first."""
+    return sorted((run for run in runs if run.lease_alive(now_ms)), key=lambda run: run.slot_ms)
+
+
+def live_dict(run: Run, now_ms: int) -> Dict[str, object]:
+    """A live run for the API: which attempt runs where, and how long its lease lasts."""
+    return {
+        "slot_ms": run.slot_ms,
+        "attempt": run.attempt,
+        "runner": run.runner,
+        "lease_end_ms": run.lease_end_ms,
+        "lease_left_ms": max(0, run.lease_end_ms - now_ms),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class JobView:
+    """One job as the dashboard shows it: its state in the store (a plain unpaused state when the
+    store keeps none), its newest runs (newest first), and from the application's cron, when
+    given and the job is registered there, its schedule (as text) and next slot."""
+
+    name: str
+    state: JobState
+    runs: Tuple[Run, ...]
+    registered: bool = False
+    schedule: Optional[str] = None
+    next_ms: Optional[int] = None
+
+    def live(self, now_ms: int) -> List[Run]:
+        """Its runs with a live lease."""
+        return live_runs(self.runs, now_ms)
+
+
+def _view(name: str, state: Optional[JobState], runs: Sequence[Run], cron: Optional[LeaseCron],
+          now_ms: int) -> JobView:
+    job = cron.jobs.get(name) if cron is not None else None
+    return JobView(
+        name=name,
+        state=state if state is not None else JobState(name),
+        runs=tuple(runs),
+        registered=job is not None,
+        schedule=format_schedule(job.schedule) if job is not None else None,
+        next_ms=job.schedule.next_after(now_ms) if job is not None else None,
+    )
+
+
+def job_dict(view: JobView, now_ms: int) -> Dict[str, object]:
+    """A job for the API: its state (``job``, ``paused``, ``paused_by``, ``paused_ms``, ``note``,
+    ``requests``), ``registered``, ``schedule``, ``next_slot_ms``, ``runs`` (newest first, as
+    :meth:`~leasecron.Run.to_dict`) and ``live`` (:func:`live_dict`)."""
+    return {
+        **view.state.to_dict(),
+        "registered": view.registered,
+        "schedule": view.schedule,
+        "next_slot_ms": view.next_ms,
+        "runs": [run.to_dict() for run in view.runs],
+        "live": [live_dict(run, now_ms) for run in view.live(now_ms)],
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class JobsPage:
+    """One page of jobs: ``jobs`` on page ``page`` (from 1) of ``per_page``, out of ``total``
+    jobs whose name contains ``q`` (every job when ``q`` is empty)."""
+
+    now_ms: int
+    jobs: List[JobView]
+    page: int
+    per_page: int
+    total: int
+    q: str
+
+    @property
+    def pages(self) -> int:
+        """How many pages there are (at least 1)."""
+        return max(1, -(-self.total // self.per_page))
+
+
+def read_jobs_page(store: Store, cron: Optional[LeaseCron], page: int, per_page: int, q: str) -> JobsPage:
+    """Page ``page`` of the jobs whose name contains ``q`` (ignoring case), sorted by name, with
+    their newest :data:`MARKS` runs: four store calls, whatever the number of jobs."""
+    now_ms = store.now_ms()
+    states = {state.job: state for state in store.job_states()}
+    names = set(store.jobs()) | set(states) | (set(cron.jobs) if cron is not None else set())
+    needle = q.casefold()
+    chosen = sorted(name for name in names if needle in name.casefold())
+    on_page = chosen[(page - 1) * per_page : page * per_page]
+    runs: Dict[str, List[Run]] = store.recent_runs(on_page, MARKS) if on_page else {}
+    jobs = [_view(name, states.get(name), runs.get(name, []), cron, now_ms) for name in on_page]
+    return JobsPage(now_ms, jobs, page, per_page, len(chosen), q)
+
+
+def read_job(store: Store, cron: Optional[LeaseCron], job: str, status: Optional[str],
+             limit: int) -> Tuple[int, JobView]:
+    """The store's clock and ``job`` with its newest ``limit`` runs (of ``status`` only, when
+    given: those among the newest :data:`MAX_RUNS`)."""
+    now_ms = store.now_ms()
+    state = store.job_state(job)
+    if status is None:
+        runs = store.runs(job, limit=limit)
+    else:
+        runs = [run for run in store.runs(job, limit=MAX_RUNS) if run.status == status][:limit]
+    return now_ms, _view(job, state, runs, cron, now_ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bar:
+    """Where an attempt's bar lies on its run's timeline, in percent of the run's span."""
+
+    offset: float
+    width: float
+    ended_ms: int
+
+
+def bars(run: Run, now_ms: int) -> List[Tuple[Attempt, Bar]]:
+    """Each of ``run``'s attempts (oldest first) with its bar: the run's span runs from its first
+    attempt's start to its last end (``now_ms`` for an attempt still running); each bar is at
+    least half a percent wide, so that an instant still shows."""
+    if not run.attempts:
+        return []
+    ends = [a.ended_ms if a.ended_ms is not None else max(now_ms, a.started_ms) for a in run.attempts]
+    start = min(a.started_ms for a in run.attempts)
+    span = max(1, max(ends) - start)
+    result = []
+    for attempt, end in zip(run.attempts, ends):
+        offset = min(99.5, (attempt.started_ms - start) * 100 / span)
+        width = min(100 - offset, max(0.5, (end - attempt.started_ms) * 100 / span))
+        result.append((attempt, Bar(round(offset, 2), round(width, 2), end)))
+    return result
