@@ -76,13 +76,19 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.timeout(300)
 def test_wheel_contains_package_data_and_entry_point(wheel: Path) -> None:
-    """The wheel holds py.typed, every SQL and Lua file, the CLI entry point and the version from __init__."""
+    """The wheel holds py.typed, every SQL and Lua file, the dashboard's templates and static
+    files, the CLI entry point and the version from __init__."""
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "leasecron/py.typed" in names
     data = _package_data()
     assert len(data) >= 11  # the queries and migrations of two dialects, six Lua scripts
     for name in data:
         assert f"leasecron/stores/{name}" in names, name
+    dashboard = ROOT / "leasecron" / "contrib" / "dashboard"
+    shown = [p for folder in ("templates", "static") for p in (dashboard / folder).rglob("*") if p.is_file()]
+    assert len(shown) >= 8  # the dashboard's pages and their script, style and icon
+    for path in shown:
+        assert path.relative_to(ROOT).as_posix() in names, path
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "leasecron = leasecron.cli:main" in text

@@ -29,7 +29,7 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..clock import StoreClock
 from ..errors import ConfigError
@@ -37,6 +37,7 @@ from ..runs import Run
 from ..cron import LeaseCron
 from ..targets import load_cron
 from ..stores import Store, open_store
+from ..stores.checks import MAX_RECENT_JOBS
 from .tables import JobRow, format_table, job_dict, jobs_lines, runs_lines
 
 __all__ = [
@@ -157,14 +158,17 @@ def _store_of(cron: Optional[LeaseCron]) -> Store:
 def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[str]:
     """The lines ``jobs`` prints: each job with stored runs, paused or with requests for manual
     runs (and each job of ``cron``), with its last run, how many runs the store keeps, its pause
-    and pending manual runs (one :meth:`~leasecron.Store.job_states` call for every job), and —
+    and pending manual runs (one :meth:`~leasecron.Store.job_states` call for every job, one
+    :meth:`~leasecron.Store.recent_runs` per 1,000 jobs), and —
     from ``cron``'s schedules — its next slot. Creates nothing (:func:`reading`)."""
     registered = cron.jobs if cron is not None else {}
     with reading(store):
         now_ms = store.now_ms()
         states = {state.job: state for state in store.job_states()}
         names = sorted(set(store.jobs()) | set(registered) | set(states))
-        runs_of = {name: store.runs(name, limit=COUNT_CAP + 1) for name in names}
+        runs_of: Dict[str, List[Run]] = {}
+        for start in range(0, len(names), MAX_RECENT_JOBS):  # one store call per 1,000 jobs
+            runs_of.update(store.recent_runs(names[start : start + MAX_RECENT_JOBS], COUNT_CAP + 1))
     rows = []
     for name, runs in runs_of.items():
         job = registered.get(name)
