@@ -192,7 +192,7 @@ named above); its processes notice the closed pipe and stop on their own.
 The peers' environments stay in the cache directory, to be reused.
 
 The peers stay out of leasecron's dependencies: APScheduler 3, SQLAlchemy,
-psycopg2 and redis-py come with ``pip install 'leasecron[peers]'``;
+psycopg2 and redis-py come with ``pip install 'leasecron[bench-peers]'``;
 APScheduler 4, celery and celery-redbeat live only in their environments
 (``peerslib/venvs.py``). The parts (the processes, the systems and their
 namespaces, the figures, the recovery) are in ``benchmarks/peerslib/``; this

@@ -1,38 +1,51 @@
-"""The built wheel carries what the package reads at run time, and works installed in a fresh venv.
+"""The sdist and wheel: what they hold, their metadata, and that both work where a user puts them.
 
-One wheel per test module is built with ``pip wheel`` from a copy of what a
-build reads (the metadata files and the package), so that setuptools'
-``build/`` and ``*.egg-info`` never land in, or race with other builds in,
-the working tree. The first test reads the wheel as a zip file; the second
-installs it with ``pip install`` in a new virtual environment (its
-dependencies from the configured package index) and, from a temporary
-directory so that the checkout is not importable, checks that the installed
-package opens a SQLite store and claims and finishes a run (the SQL package
-data), holds every SQL and Lua file (read through ``importlib.resources``),
-and that the ``leasecron`` console script answers ``--version`` and ``check``.
+One sdist and one wheel per test module are built with ``python -m build``
+(the wheel from the sdist, as a release builds it) from a copy of what the
+sdist is made of (the metadata files, LICENSE, CHANGELOG.md, the package, the
+tests, docs, examples and benchmarks), so that setuptools' ``build/`` and
+``*.egg-info`` never land in, or race with other builds in, the working tree.
+The build backend (``setuptools>=77``, for the SPDX ``License-Expression``)
+comes into pip's isolated build environment from the configured package index.
+
+The tests read the wheel as a zip file (package data, entry point, version);
+read both for the licence and the metadata (the licence expression and file,
+the Python classifiers, the benchmark-only extra named as such); check that
+the sdist holds every file of the copied tree; run ``twine check --strict``
+on both; install the wheel with ``pip install`` in a new virtual environment
+and, from a temporary directory so that the checkout is not importable, check
+that the installed package opens a SQLite store and claims and finishes a run
+(the SQL package data), holds every SQL and Lua file (read through
+``importlib.resources``), and that the ``leasecron`` console script answers
+``--version`` and ``check``; and unpack the sdist, install it editable in a
+new virtual environment and run part of its own tests from the unpacked tree.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STORES = ROOT / "leasecron" / "stores"
 
-#: What a build of the checkout reads besides the package: its metadata, the
-#: long description, and (setuptools' default ``license_files``) licence notices.
-_BUILD_INPUTS = ["setup.py", "setup.cfg", "pyproject.toml", "README.rst", "MANIFEST.in"]
-_LICENCE_GLOBS = ["LICEN[CS]E*", "COPYING*", "NOTICE*", "AUTHORS*"]
+#: What the sdist is made from: the metadata files, the long description, the
+#: licence and changelog, and the folders MANIFEST.in grafts.
+_BUILD_FILES = ["setup.py", "setup.cfg", "pyproject.toml", "README.rst", "MANIFEST.in", "LICENSE", "CHANGELOG.md"]
+_BUILD_FOLDERS = ["leasecron", "tests", "docs", "examples", "benchmarks"]
+#: What a copy leaves out: what test runs, builds and editors leave behind (MANIFEST.in excludes them too).
+_LEFT_OUT = shutil.ignore_patterns("__pycache__", "*.py[cod]", "*.db", "*.db-*", "_build", "*.egg-info", ".*")
 
 
 def _package_data() -> Dict[str, str]:
@@ -45,11 +58,17 @@ def _package_data() -> Dict[str, str]:
 def _copy_build_tree(dest: Path) -> None:
     """Copy what a build reads (and nothing that other test runs create and delete meanwhile) to ``dest``."""
     dest.mkdir()
-    tops = [ROOT / name for name in _BUILD_INPUTS] + [p for g in _LICENCE_GLOBS for p in ROOT.glob(g)]
-    for path in tops:
-        if path.is_file():
-            shutil.copy2(path, dest / path.name)
-    shutil.copytree(ROOT / "leasecron", dest / "leasecron", ignore=shutil.ignore_patterns("__pycache__", "*.py[cod]"))
+    for name in _BUILD_FILES:
+        shutil.copy2(ROOT / name, dest / name)
+    for name in _BUILD_FOLDERS:
+        shutil.copytree(ROOT / name, dest / name, ignore=_LEFT_OUT)
+
+
+def _clean_env() -> Dict[str, str]:
+    """The environment of a fresh venv's commands: no PYTHONPATH pointing at the checkout, no active venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 
 def _run(
@@ -64,14 +83,21 @@ def _run(
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel built by ``pip wheel --no-deps`` from a copy of the checkout."""
-    base = tmp_path_factory.mktemp("wheel")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, Path, Path]:
+    """``python -m build`` of a copy of the checkout: the sdist, the wheel built from it, and the copy."""
+    base = tmp_path_factory.mktemp("dists")
     source = base / "source"
     _copy_build_tree(source)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(source)], timeout=240)
+    _run([sys.executable, "-m", "build", "-o", str(base / "dist"), str(source)], timeout=300)
+    (sdist,) = (base / "dist").glob("leasecron-*.tar.gz")
     (built,) = (base / "dist").glob("leasecron-*.whl")
-    return built
+    return sdist, built, source
+
+
+@pytest.fixture(scope="module")
+def wheel(dists: Tuple[Path, Path, Path]) -> Path:
+    """The wheel, built from the sdist as a release would build it."""
+    return dists[1]
 
 
 @pytest.mark.timeout(300)
@@ -140,9 +166,7 @@ _IN_VENV = textwrap.dedent(
 @pytest.mark.timeout(300)
 def test_wheel_installed_in_a_fresh_venv_works(wheel: Path, tmp_path: Path) -> None:
     """pip-installed in a new venv: SQLite claim/finish, the Lua files, ``leasecron --version`` and ``check`` work."""
-    # Nothing of the test run leaks in: no PYTHONPATH pointing at the checkout, no active venv.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = _clean_env()
     run_dir = tmp_path / "run"  # the working directory: the checkout is not on sys.path
     run_dir.mkdir()
     env_dir = tmp_path / "venv"
@@ -169,3 +193,80 @@ def test_wheel_installed_in_a_fresh_venv_works(wheel: Path, tmp_path: Path) -> N
     lines = check.stdout.strip().splitlines()
     assert lines[-1] == "ok", check.stdout
     assert any(line.startswith("server") and "SQLite" in line for line in lines), check.stdout
+
+
+@pytest.mark.timeout(300)
+def test_licence_and_metadata_in_wheel_and_sdist(dists: Tuple[Path, Path, Path]) -> None:
+    """LICENSE (the checkout's, byte for byte) is in both; the metadata declares MIT as an SPDX
+    expression, the licence file, and a classifier for each Python version setup.cfg declares."""
+    sdist, built, _ = dists
+    licence = (ROOT / "LICENSE").read_bytes()
+    assert b"MIT License" in licence
+    with zipfile.ZipFile(built) as whl:
+        (in_wheel,) = [n for n in whl.namelist() if re.fullmatch(r"[^/]+\.dist-info/licenses/LICENSE", n)]
+        assert whl.read(in_wheel) == licence
+        metadata = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    top = sdist.name[: -len(".tar.gz")]
+    with tarfile.open(sdist) as tar:
+        extracted = tar.extractfile(f"{top}/LICENSE")
+        assert extracted is not None and extracted.read() == licence
+    fields = [line.split(": ", 1) for line in metadata.split("\n\n", 1)[0].splitlines() if ": " in line]
+    assert ["License-Expression", "MIT"] in fields
+    assert ["License-File", "LICENSE"] in fields
+    classifiers = [value for key, value in fields if key == "Classifier"]
+    versions = re.findall(r"Programming Language :: Python :: (3\.\d+)", (ROOT / "setup.cfg").read_text("utf-8"))
+    assert len(versions) >= 5
+    for version in versions:
+        assert f"Programming Language :: Python :: {version}" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]  # superseded by the expression
+    extras = [value for key, value in fields if key == "Provides-Extra"]
+    assert "peers" not in extras and "bench-peers" in extras  # the benchmark-only extra says so
+
+
+@pytest.mark.timeout(300)
+def test_sdist_holds_tests_docs_examples_benchmarks_and_changelog(dists: Tuple[Path, Path, Path]) -> None:
+    """Every file of the copied tests, docs, examples, benchmarks and package, and the top files, are in the sdist."""
+    sdist, _, source = dists
+    top = sdist.name[: -len(".tar.gz")]
+    with tarfile.open(sdist) as tar:
+        names = {name[len(top) + 1:] for name in tar.getnames() if name.startswith(f"{top}/")}
+    copied = [p for folder in _BUILD_FOLDERS for p in (source / folder).rglob("*") if p.is_file()]
+    wanted = set(_BUILD_FILES) | {p.relative_to(source).as_posix() for p in copied}
+    assert {"tests/conftest.py", "tests/helpers.py", "tests/servers.py", "CHANGELOG.md"} <= wanted
+    missing = sorted(wanted - names)
+    assert not missing, f"not in the sdist: {missing}"
+    assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".db"))]
+
+
+@pytest.mark.timeout(300)
+def test_twine_check_passes_on_wheel_and_sdist(dists: Tuple[Path, Path, Path]) -> None:
+    """``twine check --strict``: the long description renders on PyPI and the metadata is valid."""
+    sdist, built, _ = dists
+    done = _run([sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(built)], timeout=120)
+    assert done.stdout.count("PASSED") == 2, done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_sdist_tests_run_from_the_unpacked_sdist(dists: Tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Unpacked and installed editable in a fresh venv, the sdist's own tests run: the store contract
+    on the memory store and the structure checks, from the unpacked tree."""
+    sdist = dists[0]
+    with tarfile.open(sdist) as tar:
+        # The "data" filter (3.12's default-to-be) where this Python has it: no links or paths out of tmp_path.
+        tar.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    tree = tmp_path / sdist.name[: -len(".tar.gz")]
+    env = _clean_env()
+    env_dir = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(env_dir)], timeout=120, cwd=tmp_path, env=env)
+    python = str(env_dir / "bin" / "python")
+    # pytest and its timeout guard, and redis-py, which tests/servers.py imports.
+    _run([python, "-m", "pip", "install", "-q", "-e", str(tree), "pytest", "pytest-timeout", "redis"],
+         timeout=300, cwd=tmp_path, env=env)
+    probe = _run([python, "-c", "import leasecron; print(leasecron.__file__)"], timeout=60, cwd=tmp_path, env=env)
+    assert Path(probe.stdout.strip()).resolve().parent == (tree / "leasecron").resolve()
+    tests = ["tests/stores/test_contract.py", "tests/test_structure.py"]
+    done = _run([python, "-m", "pytest", *tests, "-k", "memory or test_structure", "-q", "-p", "no:cacheprovider"],
+                timeout=420, cwd=tree, env=env)
+    passed = re.search(r"(\d+) passed", done.stdout)
+    assert passed is not None and int(passed.group(1)) >= 20, done.stdout
+    assert not re.search(r"\d+ (failed|error)", done.stdout), done.stdout

@@ -94,7 +94,7 @@ def peer_versions() -> Dict[str, str]:
         import apscheduler
         import sqlalchemy
     except ImportError as exc:
-        missing = f"peers.py needs APScheduler 3 and SQLAlchemy ({exc}): pip install 'leasecron[peers]'"
+        missing = f"peers.py needs APScheduler 3 and SQLAlchemy ({exc}): pip install 'leasecron[bench-peers]'"
         raise SystemExit(missing) from None
     if not apscheduler.__version__.startswith("3."):
         raise SystemExit(f"peers.py measures APScheduler 3, found {apscheduler.__version__}")
@@ -126,7 +126,7 @@ def pg_unreachable(url: str) -> Optional[str]:
     try:
         import psycopg2
     except ImportError:
-        return "psycopg2 is not installed (pip install 'leasecron[peers]')"
+        return "psycopg2 is not installed (pip install 'leasecron[bench-peers]')"
     dsn = urlunsplit(urlsplit(url)._replace(query="", fragment=""))
     try:
         psycopg2.connect(dsn, connect_timeout=PG_CONNECT_TIMEOUT_S).close()
@@ -140,7 +140,7 @@ def redis_unreachable(url: str) -> Optional[str]:
     try:
         import redis
     except ImportError:
-        return "redis-py is not installed (pip install 'leasecron[peers]')"
+        return "redis-py is not installed (pip install 'leasecron[bench-peers]')"
     client = redis.Redis.from_url(url, socket_connect_timeout=PG_CONNECT_TIMEOUT_S)
     try:
         client.ping()

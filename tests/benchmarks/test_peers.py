@@ -77,7 +77,7 @@ def test_peers_table_and_recovery(tmp_path: Path) -> None:
         import apscheduler  # noqa: F401 - the script's peer, a benchmark-only dependency
         import sqlalchemy  # noqa: F401
     except ImportError as exc:
-        unavailable(f"peers.py needs APScheduler 3 and SQLAlchemy ({exc}): pip install 'leasecron[peers]'")
+        unavailable(f"peers.py needs APScheduler 3 and SQLAlchemy ({exc}): pip install 'leasecron[bench-peers]'")
     host, port, dbname = SERVERS.postgres()
     dsn = f"postgresql://{host}:{port}/{dbname}"
     redis_host, redis_port = SERVERS.redis()
