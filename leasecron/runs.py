@@ -154,6 +154,7 @@ class Claim:
 
     ``outcome`` is one of:
 
+    =========== ==================================================
     ``won``      the caller runs the run (``run`` holds its new token);
     ``running``  the run's lease is alive: the caller becomes a backup;
     ``overlap``  another slot of the job is running (``run`` is that one);
@@ -164,6 +165,7 @@ class Claim:
                  claim no pending request for it;
     ``paused``   the job is paused: a scheduled or catch-up claim starts no
                  new run.
+    =========== ==================================================
     """
 
     outcome: str

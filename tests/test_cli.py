@@ -1,5 +1,5 @@
 """The ``leasecron`` command, run as real processes on real stores (SQLite and the servers), and
-the examples of plain scripts, systemd and Kubernetes that the README shows."""
+the examples of plain scripts, systemd and Kubernetes that the README and the docs show."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from leasecron.cli.tables import utc_time
 from leasecron.stores import Store
 
 from .cli_support import EXAMPLES, Process, copy_example, environment, parse_table
-from .docs.readme_examples import README, readme_examples
+from .docs.readme_examples import docs_text, shown_examples
 from .conftest import BACKENDS, Backend, selected_items
 from .helpers import wait_for
 
@@ -472,7 +472,7 @@ def test_example_script_survives_a_burst_of_sigterms(tmp_path: Path) -> None:
         store.close()
 
 
-# -- systemd, Kubernetes, and the README sections -----------------------------------------------
+# -- systemd, Kubernetes, and the pages that show them ----------------------------------------
 
 
 def tasks_stop_timeout_ms(tmp_path: Path) -> int:
@@ -522,15 +522,15 @@ def test_kubernetes_grace_period_outlasts_the_stop_timeout(tmp_path: Path) -> No
     assert "\t" not in text
 
 
-def test_readme_scripts_section_shows_the_examples_unchanged() -> None:
-    """The README shows tasks.py, the systemd unit and the Deployment (tests/docs checks each equals its
-    file), and its text names the numbers those files hold."""
-    blocks = readme_examples(README.read_text(encoding="utf-8"))
+def test_docs_show_the_scripts_examples_unchanged() -> None:
+    """The README or the docs show tasks.py, the systemd unit and the Deployment (tests/docs checks each
+    equals its file), and their text names the numbers those files hold."""
+    blocks = shown_examples()
     expected = ["examples/scripts/tasks.py", "examples/systemd/leasecron-tasks.service",
                 "examples/kubernetes/deployment.yaml"]  # fmt: skip
     for path in expected:
         assert blocks[path] == (EXAMPLES.parent / path).read_text(), path
-    assert "(20 s in ``tasks.py``)" in README.read_text(encoding="utf-8")
+    assert "(20 s in ``tasks.py``)" in docs_text()
     assert "stop_timeout_ms=20_000" in blocks[expected[0]]
 
 

@@ -24,7 +24,7 @@ from leasecron.contrib.prometheus import Metrics, instrument
 from leasecron.controls import JobState
 from leasecron.stores import ClaimRequest, DelegatingStore
 from tests import servers
-from tests.docs.readme_examples import README, readme_examples
+from tests.docs.readme_examples import shown_examples
 from tests.conftest import Backend
 from tests.engine import conftest as engine_conftest
 from tests.engine.conftest import Gates, MakeCron
@@ -430,7 +430,7 @@ def test_the_readme_example_serves_the_metrics(tmp_path: Path) -> None:
         _scrape(port)
 
 
-def test_the_readme_section_shows_the_example_unchanged() -> None:
-    """The README shows examples/prometheus/metrics.py exactly as the test above runs it."""
+def test_the_docs_show_the_example_unchanged() -> None:
+    """The README or the docs show examples/prometheus/metrics.py exactly as the test above runs it."""
     example = (ROOT / "examples" / "prometheus" / "metrics.py").read_text(encoding="utf-8")
-    assert readme_examples(README.read_text(encoding="utf-8"))["examples/prometheus/metrics.py"] == example
+    assert shown_examples()["examples/prometheus/metrics.py"] == example

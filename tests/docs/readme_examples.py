@@ -11,7 +11,10 @@ file, followed by the block::
         ...
 
 The block must equal the file, which the tests run as it is: what a reader
-copies from the README is what the suite ran.
+copies from the README is what the suite ran. The pages of the docs site show
+the other example files whole, with ``.. literalinclude:: ../examples/...``:
+:func:`shown_examples` gathers both, so that a test can ask that a file is
+shown to readers wherever it is.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.rst"
+DOCS = ROOT / "docs"
 
 _MARKER = re.compile(r"^\.\. example: (\S+)\s*$")
+_INCLUDE = re.compile(r"^\.\. literalinclude:: (\S+)\s*$", re.M)
 
 
 def readme_examples(text: str) -> Dict[str, str]:
@@ -56,3 +61,29 @@ def _block_after(lines: List[str], start: int, path: str) -> str:
         body.append(lines[i])
         i += 1
     return textwrap.dedent("\n".join(body)).strip("\n") + "\n"
+
+
+def docs_includes() -> Dict[str, str]:
+    """Each file a page of docs/ includes whole (``.. literalinclude::``, relative to docs/), as a path
+    from the project's root, mapped to the first page that includes it."""
+    found: Dict[str, str] = {}
+    for page in sorted(DOCS.glob("*.rst")):
+        for name in _INCLUDE.findall(page.read_text(encoding="utf-8")):
+            path = (DOCS / name).resolve().relative_to(ROOT).as_posix()
+            found.setdefault(path, page.name)
+    return found
+
+
+def shown_examples() -> Dict[str, str]:
+    """``{path: text a reader sees}`` for every example file shown by the README (its marked block)
+    or by a page of the docs site (the file itself, which ``literalinclude`` shows whole)."""
+    included = [path for path in docs_includes() if path.startswith("examples/")]
+    shown = {path: (ROOT / path).read_text(encoding="utf-8") for path in included}
+    shown.update(readme_examples(README.read_text(encoding="utf-8")))
+    return shown
+
+
+def docs_text() -> str:
+    """The README and every page of docs/, joined: the prose a reader can find."""
+    pages = [README] + sorted(DOCS.glob("*.rst"))
+    return "\n".join(page.read_text(encoding="utf-8") for page in pages)
