@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - resolved lazily by __getattr__ below
     from .stores.postgres import PostgresStore
     from .stores.redis import RedisStore
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "Aborted",

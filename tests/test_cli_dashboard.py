@@ -376,7 +376,7 @@ def test_docs_page_is_valid_rst() -> None:
     exists (docutils has no literalinclude, a Sphinx directive: a stand-in reads the file); it shows
     the three screenshots."""
     from docutils import core, nodes  # the test extra installs docutils
-    from docutils.parsers.rst import Directive, directives
+    from docutils.parsers.rst import Directive, directives, roles
 
     class LiteralInclude(Directive):
         required_arguments = 1
@@ -388,6 +388,8 @@ def test_docs_page_is_valid_rst() -> None:
             return [nodes.literal_block(text=path.read_text(encoding="utf-8"))]
 
     directives.register_directive("literalinclude", LiteralInclude)
+    roles.register_generic_role("func", nodes.literal)  # Sphinx's roles, as plain literals
+    roles.register_generic_role("doc", nodes.literal)
     text = (ROOT / "docs" / "dashboard.rst").read_text(encoding="utf-8")
     doctree = core.publish_doctree(
         text, settings_overrides={"halt_level": 2, "report_level": 2, "warning_stream": sys.stderr}

@@ -56,7 +56,7 @@ def test_quickstart_runs_each_slot_once_across_two_processes_and_stops_on_sigter
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    rows = Counter(re.findall(r"report report: row 0 of slot (\S+ \S+)", "".join(outputs)))
+    rows = Counter(re.findall(r"report of slot (\S+ \S+): row 0", "".join(outputs)))
     finished = [run for run in runs if run.status == "success"]
     assert len(finished) >= 3
     for run in finished:
