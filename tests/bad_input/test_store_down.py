@@ -61,11 +61,18 @@ def _wait_retrying(caplog: pytest.LogCaptureFixture, times: int = 2) -> List[str
     return wait_for(lambda: len(warned()) >= times and warned(), timeout=10, message=f"no {times} warnings {WARNING!r}")
 
 
-def _assert_recovers(cron: LeaseCron, seen: Seen, observer: Store, warnings: List[str], reason: str) -> None:
-    """Once the store is up: the hourly job's missed slot is caught up and a tick runs on schedule."""
+def _wait_down(caplog: pytest.LogCaptureFixture, seen: Seen, reason: str) -> None:
+    """While the store is still down: the start-up warned ``reason`` and is being tried again, an
+    ``error`` event named the job, and no run started. Checked before the store comes up: once it
+    is up, a tick's catch-up may start at any moment."""
+    warnings = _wait_retrying(caplog)
     assert any(reason in w and "trying again in" in w for w in warnings), warnings
     assert seen.of("start") == [], "a run started while the store was down"
-    assert any(e.job == "hourly" for e in seen.of("error"))
+    wait_for(lambda: any(e.job == "hourly" for e in seen.of("error")), timeout=5, message="no error event of 'hourly'")
+
+
+def _assert_recovers(cron: LeaseCron, seen: Seen, observer: Store) -> None:
+    """Once the store is up: the hourly job's missed slot is caught up and a tick runs on schedule."""
     _, start = seen.wait("start", timeout=15, job="hourly")
     assert start.reason == "catch-up"
     seen.wait("success", timeout=5, job="hourly")
@@ -94,10 +101,10 @@ def test_redis_down_at_start_comes_up_retries_and_runs_once_the_server_starts(
     url = f"redis://127.0.0.1:{server.port}/0?prefix=down&socket_timeout=0.5&socket_connect_timeout=0.5"
     cron, seen = _start_while_down(url)
     try:
-        warnings = _wait_retrying(caplog)
+        _wait_down(caplog, seen, "the store is unreachable")
         server.start()
         with open_store(url) as observer:
-            _assert_recovers(cron, seen, observer, warnings, "the store is unreachable")
+            _assert_recovers(cron, seen, observer)
     finally:
         _stop(cron)
         server.stop()
@@ -128,10 +135,10 @@ def test_postgres_down_at_start_comes_up_retries_and_runs_once_the_server_starts
     url = pg_server.dsn() + "?connect_timeout=1"
     cron, seen = _start_while_down(url)
     try:
-        warnings = _wait_retrying(caplog)
+        _wait_down(caplog, seen, "the store is unreachable")
         pg_server.start()
         with open_store(url) as observer:
-            _assert_recovers(cron, seen, observer, warnings, "the store is unreachable")
+            _assert_recovers(cron, seen, observer)
     finally:
         _stop(cron)
 
@@ -146,10 +153,10 @@ def test_sqlite_file_that_cannot_be_opened_at_start_is_retried(
     url = f"sqlite:///{directory / 'cron.db'}"
     cron, seen = _start_while_down(url)
     try:
-        warnings = _wait_retrying(caplog)
+        _wait_down(caplog, seen, "the store failed")
         directory.mkdir()
         with open_store(url) as observer:
-            _assert_recovers(cron, seen, observer, warnings, "the store failed")
+            _assert_recovers(cron, seen, observer)
     finally:
         _stop(cron)
 

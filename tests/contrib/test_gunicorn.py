@@ -42,6 +42,7 @@ from leasecron import ConfigError
 from leasecron.contrib.gunicorn import ABORT_STOP_S, GunicornHooks, find_cron, hooks
 from tests.conftest import BACKENDS, Backend, selected_items
 from tests.helpers import wait_for
+from tests.docs.readme_examples import ROOT
 
 from .gunicorn_support import EXAMPLE_DIR, Gunicorn, Tick, app_dir, by_slot, now_ms
 
@@ -455,6 +456,19 @@ cron.start()
 '''
 
 
+def docs_warning(runner: str, pid: int) -> str:
+    """The master's warning as docs/gunicorn.rst shows it (runner 'web1-4242', pid 4242), for ``runner``
+    and ``pid``: the lines of its literal block from ``[WARNING]`` on, joined."""
+    lines = (ROOT / "docs" / "gunicorn.rst").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, text in enumerate(lines) if text.startswith("    [WARNING] leasecron: "))
+    block = []
+    for text in lines[start:]:
+        if not text.strip():
+            break
+        block.append(text.strip())
+    return " ".join(block).replace("'web1-4242'", repr(runner)).replace("pid 4242", f"pid {pid}")
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("store_backend", ["sqlite"], indirect=True)
 def test_preload_app_cron_started_at_import_is_stopped_in_master_and_started_in_workers(
@@ -474,6 +488,7 @@ def test_preload_app_cron_started_at_import_is_stopped_in_master_and_started_in_
         f" master (pid {server.master}): stopping it there. The master runs no job; each worker starts the cron after"
         " the fork (post_fork). Do not call start() at import time of an app that gunicorn preloads (preload_app)."
     ) in line, line
+    assert docs_warning(runner_of(server.master), server.master) in line, "docs/gunicorn.rst shows the warning"
     booted_at = min(i for i, text in enumerate(server.snapshot()) if "Booting worker" in text)
     assert warned < booted_at, "the warning must come before the first fork"
     first = next_slot(now_ms())

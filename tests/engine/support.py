@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from leasecron import Context, Event, LeaseCron, Run, Store
 from leasecron.controls import ManualRequest
@@ -114,12 +114,19 @@ class Calls:
         return len(self.contexts)
 
 
+class Clock(Protocol):
+    """What tells the store's time: a store (one round trip) or an instance's ``cron.clock`` (none)."""
+
+    def now_ms(self) -> int: ...
+
+
 def handler(
-    store: Store,
+    store: Clock,
     calls: Calls,
     body: Optional[Callable[[Context], Any]] = None,
 ) -> Callable[[Context], Any]:
-    """A handler that records its Context (and the store's time) in ``calls`` and then runs ``body``."""
+    """A handler that records its Context (and the store's time, read from ``store``) in ``calls``
+    and then runs ``body``."""
 
     def run(ctx: Context) -> Any:
         calls.record(ctx, store.now_ms())
