@@ -15,12 +15,12 @@ and sends the runner
 
 * **SIGKILL**: a backup must take the run over as the next attempt, at most
   ``lease_ms + 2 × heartbeat_ms`` after the victim's last heartbeat
-  (README, "Backup and takeover"); measured from the kill, which comes after
+  (docs/protocol.rst, "The life of a run"); measured from the kill, which comes after
   the last heartbeat, so the same bound applies;
 * **SIGTERM**: ``run_forever()`` turns it into ``stop()``, the handler is
   aborted and raises, the run is released, and a backup must take it over at
-  its next check, within ``2 × heartbeat_ms`` of the release (README,
-  "Hand-over").
+  its next check, within ``2 × heartbeat_ms`` of the release (docs/protocol.rst,
+  "The life of a run").
 
 After each round the victim is started again (a new process with a new runner
 name), and the next round waits until it has read the job's unfinished runs
@@ -451,8 +451,8 @@ def next_start(fleet: Fleet, run: Run, after_ns: int, timeout: float) -> Line:
     """The first handler start after ``after_ns`` of a later attempt of ``run``'s slot.
 
     A handler start of a newer slot counts too (a run crossing midnight UTC: the
-    dead run was replaced by the next day's slot, README "A dead run can be
-    replaced by the next slot"); the round notes it.
+    dead run was replaced by the next day's slot, docs/protocol.rst, "Why a newer run
+    wins over a dead older one"); the round notes it.
     """
     return fleet.wait(
         lambda line: line["ev"] == "handler-start"

@@ -1,5 +1,4 @@
-"""Helpers of the command-line tests: the example files, commands run as real processes, and the
-README sections whose code blocks must equal the example files."""
+"""Helpers of the command-line tests: the example files and commands run as real processes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Wrong credentials (issue 5, item 6: "Bad input"), against real servers.
 
 A Valkey server of the test's own that requires a password (``CONFIG SET requirepass``), and
-the session's PostgreSQL with a role that does not exist. The promises (README, "Choices where
-the spec is silent"):
+the session's PostgreSQL with a role that does not exist. The promises
+(docs/design.rst):
 
 * the first store operation raises ``StoreError`` — not ``StoreUnavailable``: the same
   credentials are refused again, so leasecron does not retry them — at once (no hang), with a

@@ -1,6 +1,6 @@
 """Handlers and callbacks that misbehave (issue 5, item 6: "Bad input").
 
-The promises (README, "Handlers", "Events" and "Choices where the spec is silent"):
+The promises (docs/usage.rst, "Handlers" and "Events"; docs/design.rst):
 
 * a handler that never returns, and ignores its signal, cannot hold ``stop(timeout)`` past its
   timeout: the run is *abandoned* (no more heartbeats; the store keeps it ``running`` with its

@@ -1,6 +1,6 @@
 """Hostile and huge job names (issue 5, item 6: "Bad input"), on every store.
 
-The promises (README, "Choices where the spec is silent"):
+The promises (docs/design.rst):
 
 * any name every store can keep works alike everywhere: newlines, braces, ``%``, ``:``,
   quotes, SQL and Lua that try to break out, JSON, globs, emoji, right-to-left and zero-width

@@ -1,7 +1,7 @@
 """A store that is down when the instance starts (issue 5, item 6: "Bad input").
 
 A web worker that starts while its store is unreachable must come up anyway. The promises
-(README, "Choices where the spec is silent"):
+(docs/design.rst):
 
 * ``LeaseCron(url)`` and ``start()`` never touch the store, so they never raise for it, and
   return at once;

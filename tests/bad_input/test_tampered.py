@@ -4,7 +4,7 @@ Each case changes one run behind the store's back with the store's own raw clien
 ``UPDATE`` (its columns take any type), PostgreSQL ``UPDATE`` of what the schema allows (an
 unknown status, attempt 0, negative hand-overs), Redis/Valkey ``HSET`` of the run's JSON (not
 JSON, an array, a field missing, a field of the wrong type, an unknown status). The promises
-(README, "Choices where the spec is silent"):
+(docs/design.rst):
 
 * reading the tampered run (``get_run``, ``runs``, and ``unfinished`` when it lists it) and
   claiming its slot raise ``StoreError`` naming the job and the slot — never a ``KeyError``,

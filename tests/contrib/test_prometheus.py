@@ -1,7 +1,7 @@
 """leasecron.contrib.prometheus (issue 7): runs by outcome, claims and their latency, lease losses,
 takeover delay and live runs, read back with ``registry.get_sample_value`` after real runs of real
 instances on real stores (memory and SQLite); the rules of ``instrument()``; the import error
-without prometheus_client; and the README's example, run as it is.
+without prometheus_client; and the example docs/operating.rst shows, run as it is.
 """
 
 from __future__ import annotations

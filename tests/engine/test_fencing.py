@@ -1,4 +1,4 @@
-"""Fencing and lost leases (docs/protocol.rst, "token" and rule 13; README, "Handlers"): a refused
+"""Fencing and lost leases (docs/protocol.rst, "token" and rule 13; docs/usage.rst, "Handlers"): a refused
 heartbeat, or a lease that could not be renewed for lease_ms, makes the run lost."""
 
 from __future__ import annotations

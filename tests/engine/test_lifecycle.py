@@ -1,4 +1,4 @@
-"""Process lifecycle (README, "Stopping, signals and forks": stop, run_forever, the exit hook, a
+"""Process lifecycle (docs/usage.rst, "Stopping, signals and forks": stop, run_forever, the exit hook, a
 fork), in real subprocesses that share a store with the test (SQLite in tmp_path, and every
 other store several processes share)."""
 

@@ -1,7 +1,7 @@
 """PostgreSQL faults while a run is live, made for real: the server ends the store's sessions
 (``pg_terminate_backend``), crashes and restarts, or stays down for longer than the lease.
 
-The rules checked (README, "Handlers" and "Guarantees and their limits"; docs/protocol.rst,
+The rules checked (docs/usage.rst, "Handlers"; docs/guarantees.rst; docs/protocol.rst,
 "token" and the runner's writes, rules 13-15):
 
 * lost connections are not the run's end: no exception escapes the instance, the heartbeats

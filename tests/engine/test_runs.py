@@ -1,4 +1,4 @@
-"""Handlers and their outcome (README, "Handlers" and "Events"): the Context, success, failure
+"""Handlers and their outcome (docs/usage.rst, "Handlers" and "Events"): the Context, success, failure
 (never retried), and the events with their fields."""
 
 from __future__ import annotations

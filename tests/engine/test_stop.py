@@ -1,4 +1,4 @@
-"""stop() and hand-over (docs/protocol.rst, "hand-over"; README, "Stopping, signals and forks"):
+"""stop() and hand-over (docs/protocol.rst, "hand-over"; docs/usage.rst, "Stopping, signals and forks"):
 the three outcomes of a live run, idempotence, no more backing up, and the context manager."""
 
 from __future__ import annotations
