@@ -25,6 +25,7 @@ from leasecron.stores import Store
 from .at_once import StartedAtOnce, wait_or_fail
 from .cli_support import EXAMPLES, Process, copy_example, environment, parse_table
 from .docs.readme_examples import docs_text, shown_examples
+from .docs.samples import literal_blocks, shape
 from .conftest import BACKENDS, Backend, selected_items
 from .helpers import wait_for
 
@@ -641,6 +642,22 @@ def test_demo_shows_takeover_handover_and_exactly_once(store: str, demo_runs: De
     rows = [line.split() for line in out.split("Stored runs")[1].splitlines() if re.match(r"^  \d\d:", line)]
     assert rows and all(row[3] == "success" for row in rows)
     assert [row[0] for row in rows if row[1] == "2"] == [killed_slot, term_slot]
+
+
+def test_the_demo_prints_the_lines_docs_operating_shows(demo_runs: DemoRuns) -> None:
+    """Each line of the demo's sample in docs/operating.rst ("The demo") is a line the demo on its
+    own SQLite store printed, by :func:`tests.docs.samples.shape` (times, pids and worker numbers
+    folded). The lines of a demo come in an order its processes decide, so each shown line is looked
+    for anywhere in the output; a takeover slower than its bound on a loaded machine says ``OVER``
+    where the page says ``within``, which the failover tests judge, not this one."""
+    [block] = [lines for _, lines in literal_blocks("operating.rst") if lines[0].startswith("time ")]
+    result = demo_runs.result("default")
+    assert result.returncode == 0, result.stdout + result.stderr
+    printed = {shape(line.replace(": OVER the bound", ": within the bound")) for line in result.stdout.splitlines()}
+    shown = [line for line in block if line.strip() != "..."]
+    assert len(shown) >= 20, block
+    missing = [line for line in shown if shape(line) not in printed]
+    assert not missing, f"docs/operating.rst shows demo lines the demo did not print: {missing}\n{result.stdout}"
 
 
 def test_demo_rejects_memory_store() -> None:

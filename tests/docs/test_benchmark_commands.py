@@ -18,6 +18,7 @@ from typing import Dict, List, Set, Tuple
 import pytest
 
 from tests.docs.readme_examples import DOCS, README, ROOT
+from tests.docs.samples import inline_literals, joined_options
 
 _COMMAND = re.compile(r"python (benchmarks/[\w/]+\.py)")
 _OPTION = re.compile(r"--[\w-]+")
@@ -26,14 +27,8 @@ _OPTION = re.compile(r"--[\w-]+")
 def _pieces(text: str) -> List[str]:
     """The inline literals of an rst text, each on one line, and its lines without one (the lines of
     literal blocks among them), a line that goes on with ``[--option ...]`` joined to the line before."""
-    pieces = [re.sub(r"\s+", " ", literal) for literal in re.findall(r"``(.+?)``", text, re.S)]
-    lines: List[str] = []
-    for line in text.splitlines():
-        if lines and re.match(r"^\s+\[--", line):
-            lines[-1] += " " + line.strip()
-        else:
-            lines.append(line)
-    return pieces + [line for line in lines if "``" not in line]
+    lines = joined_options(text.splitlines())
+    return inline_literals(text) + [line for line in lines if "``" not in line]
 
 
 def documented_commands() -> List[Tuple[str, str, Set[str]]]:
