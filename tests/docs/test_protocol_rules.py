@@ -4,7 +4,9 @@ docs/protocol.rst, "The rules of the store contract", numbers each rule
 (``1.`` to ``21.``); the contract suite (tests/stores) tags the tests of a
 rule with its number (``# -- rules 1, 3 and 7: ...``, ``Rules 16-19 of
 docs/protocol.rst``). Every rule of the page must be tagged by a test there,
-and no tag may name a rule the page does not have.
+and no tag may name a rule the page does not have. The package's code (its
+Python, Lua and SQL) tags the rules it implements the same way: those tags
+too must name rules of the page.
 """
 
 from __future__ import annotations
@@ -50,3 +52,16 @@ def test_every_rule_of_the_page_has_tagged_tests_and_every_tag_a_rule() -> None:
         tagged |= tagged_rules(path.read_text(encoding="utf-8"))
     assert not rules - tagged, f"rules of docs/protocol.rst no test tags: {sorted(rules - tagged)}"
     assert not tagged - rules, f"tags of rules docs/protocol.rst does not have: {sorted(tagged - rules)}"
+
+
+def test_the_package_tags_only_rules_of_the_page() -> None:
+    """The stores' code tags the rules it implements (``-- rules 9-11``), every one a rule of the page,
+    and the Lua and SQL that decide a claim tag most of them."""
+    rules = page_rules()
+    tagged: Set[int] = set()
+    for path in sorted((ROOT / "leasecron").rglob("*")):
+        if path.suffix in (".py", ".lua", ".sql"):
+            found = tagged_rules(path.read_text(encoding="utf-8"))
+            assert found <= rules, f"{path.relative_to(ROOT)} tags rules docs/protocol.rst does not have: {found - rules}"
+            tagged |= found
+    assert len(tagged) >= 15, sorted(tagged)
