@@ -43,6 +43,10 @@ __all__ = ["JOB_PLANS", "JobPlan", "LostRuns", "Plan", "Ticker", "make_handler",
 TICK_S = 0.010
 #: How long a handler keeps trying to write its result to a locked sink.
 SINK_PATIENCE_S = 60.0
+#: The same for a handler that works on past its timeout (its signal aborted already).
+ABORTED_PATIENCE_S = 5.0
+#: The pause between two tries of a write to a locked sink.
+SINK_RETRY_S = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +173,12 @@ def make_handler(recorder: Recorder, sink: Sink, seed: int, lost_runs: LostRuns)
         if plan.fails:
             recorder.log("end", outcome="raised", **ids)
             raise RuntimeError(f"chaos: planned failure (try {ctx.try_number})")
-        accepted, error = _write_sink(sink, ctx)
+        accepted, error, gave_up = _write_sink(sink, ctx)
+        if gave_up:  # its signal aborted while it waited for the sink's lock
+            recorder.log("abort", reason=ctx.signal.reason, **ids)
+            recorder.log("sink", accepted=accepted, error=error, **ids)
+            recorder.log("end", outcome="aborted", **ids)
+            raise Aborted(f"chaos: aborted ({ctx.signal.reason}) while waiting for the sink")
         recorder.log("sink", accepted=accepted, error=error, **ids)
         recorder.log("end", outcome="returned", **ids)
 
@@ -197,16 +206,25 @@ def _aborted(recorder: Recorder, reason: Optional[str], ids: Dict[str, Any]) -> 
     raise Aborted(f"chaos: aborted ({reason})")
 
 
-def _write_sink(sink: Sink, ctx: Context) -> Tuple[Optional[bool], Optional[str]]:
+def _write_sink(sink: Sink, ctx: Context) -> Tuple[Optional[bool], Optional[str], bool]:
     """Write the result, trying again while the sink is locked (a frozen instance may hold its
-    write lock) until it is written, the run's signal aborts, or :data:`SINK_PATIENCE_S` passed."""
-    deadline = time.monotonic() + SINK_PATIENCE_S
+    write lock): ``(accepted, error, gave up for an abort)``.
+
+    Each try waits for the lock only the sink's ``busy_ms`` (the worker's: 20 ms), so the handler
+    sees its signal abort (a timeout, a lost lease, a stop) within about :data:`SINK_RETRY_S` and
+    gives the write up. A handler that works on past its timeout (its signal aborted already)
+    tries for :data:`ABORTED_PATIENCE_S`; any other for :data:`SINK_PATIENCE_S`.
+    """
+    aborted_before = ctx.signal.aborted
+    deadline = time.monotonic() + (ABORTED_PATIENCE_S if aborted_before else SINK_PATIENCE_S)
     while True:
         try:
-            return sink.write(ctx.job, ctx.slot_ms, ctx.attempt, ctx.token), None
+            return sink.write(ctx.job, ctx.slot_ms, ctx.attempt, ctx.token), None, False
         except sqlite3.OperationalError as exc:
-            if ctx.signal.aborted or time.monotonic() >= deadline:
-                return None, error_text(exc)
-            ctx.signal.wait(0.05)
+            if ctx.signal.aborted and not aborted_before:
+                return None, error_text(exc), True
+            if time.monotonic() >= deadline:
+                return None, error_text(exc), False
+            time.sleep(SINK_RETRY_S)
         except Exception as exc:  # noqa: BLE001 - logged; the run itself goes on
-            return None, error_text(exc)
+            return None, error_text(exc), False

@@ -14,17 +14,25 @@ from pathlib import Path
 __all__ = ["Sink"]
 
 
+#: How long a handler's write waits for the sink's lock before it looks at its run's signal again.
+WRITER_BUSY_MS = 20
+
+
 class Sink:
     """The jobs' side effect: a SQLite table that keeps only the newest attempt of a slot.
 
     ``results(job, slot_ms, attempt, token, PRIMARY KEY(job, slot_ms))``,
-    shared by every instance (WAL, busy timeout 5 s). A write is accepted
-    when the slot has no row or its row's attempt is not newer; it then
-    replaces the row. Decided in ``BEGIN IMMEDIATE``.
+    shared by every instance (WAL). A write is accepted when the slot has no
+    row or its row's attempt is not newer; it then replaces the row. Decided
+    in ``BEGIN IMMEDIATE``. ``busy_ms`` is how long one call waits for a
+    lock another process holds: the handlers' sink waits only
+    :data:`WRITER_BUSY_MS` and tries again itself, watching its run's signal
+    between tries (a frozen instance can hold the write lock for seconds).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, busy_ms: int = 5_000) -> None:
         self.path = path
+        self.busy_ms = busy_ms
         conn = self._connect()
         try:
             for _ in range(50):  # switching to WAL needs a moment without other connections
@@ -42,8 +50,8 @@ class Sink:
             conn.close()
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(self.path), timeout=5.0, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 5000")
+        conn = sqlite3.connect(str(self.path), timeout=self.busy_ms / 1000, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_ms)}")
         return conn
 
     def write(self, job: str, slot_ms: int, attempt: int, token: str) -> bool:

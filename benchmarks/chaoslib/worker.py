@@ -85,7 +85,7 @@ from leasecron import Event, LeaseCron, Store, open_store  # noqa: E402
 from .checker import DEFAULT_JOBS  # noqa: E402
 from .handlers import JOB_PLANS, JobPlan, LostRuns, Plan, make_handler, plan_run  # noqa: E402
 from .recording import Recorder, RecordingStore, error_text  # noqa: E402
-from .sink import Sink  # noqa: E402
+from .sink import WRITER_BUSY_MS, Sink  # noqa: E402
 
 __all__ = ["JOB_PLANS", "JobPlan", "Plan", "RecordingStore", "Recorder", "Sink", "main", "plan_run"]
 
@@ -168,7 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     store: Optional[Store] = None
     try:
         store = open_store(args.store)
-        cron = build_cron(store, recorder, Sink(args.sink), args)
+        cron = build_cron(store, recorder, Sink(args.sink, busy_ms=WRITER_BUSY_MS), args)
         cron.start()
         recorder.log("running")
         if EARLY_STOP.is_set():  # asked to stop while starting: a warm stop all the same
