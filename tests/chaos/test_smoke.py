@@ -3,7 +3,7 @@
 For each of SQLite, Redis, Valkey and PostgreSQL, :func:`chaoslib.harness.run`
 starts its own store server, five instances (lease 2000 ms, heartbeat 500 ms,
 poll 300 ms), the nemesis and the operator (pauses, resumes, triggers) with a
-fixed seed for about 75 s (``LEASECRON_CHAOS_SECONDS`` changes it), then the
+fixed seed for about 60 s (``LEASECRON_CHAOS_SECONDS`` changes it), then the
 checker judges the logs and the store's records. The test fails on any violated
 invariant, on a run whose faults were not effective (no takeover, refused
 heartbeat, refused late claim, claim answered paused, manual run, timeout, timeout
@@ -32,11 +32,11 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
 #: The seed of each backend's run (fixed, so a failure can be replayed with benchmarks/chaos.py --seed).
 SEEDS = {"sqlite": 101, "redis": 202, "valkey": 303, "postgresql": 404}
-DEFAULT_SECONDS = 75.0
+DEFAULT_SECONDS = 60.0
 
 
 def _seconds() -> float:
-    """The run length in seconds: ``LEASECRON_CHAOS_SECONDS`` or 75."""
+    """The run length in seconds: ``LEASECRON_CHAOS_SECONDS`` or 60."""
     raw = os.environ.get("LEASECRON_CHAOS_SECONDS", "")
     return float(raw) if raw else DEFAULT_SECONDS
 
