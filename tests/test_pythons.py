@@ -54,7 +54,8 @@ RUNS: List[Tuple[List[str], str]] = [
     (["tests/stores/test_contract.py"], "memory or sqlite"),
     (["tests/engine/test_lifecycle.py", "tests/engine/test_runs.py", "tests/engine/test_takeover.py"], "memory"),
 ]
-#: What pip installs beside leasecron's dependencies: the test runner, its timeout guard, and redis-py for tests/servers.py.
+#: What pip installs beside leasecron's dependencies: the test runner, its timeout guard, and redis-py
+#: for tests/servers.py.
 TEST_DEPS = ["pytest", "pytest-timeout", "redis"]
 #: A cached venv not used for this many days is removed when another of its Python release is made.
 STALE_DAYS = 7
