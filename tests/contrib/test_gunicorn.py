@@ -42,7 +42,7 @@ from leasecron import ConfigError
 from leasecron.contrib.gunicorn import ABORT_STOP_S, GunicornHooks, find_cron, hooks
 from tests.conftest import BACKENDS, Backend, selected_items
 from tests.helpers import wait_for
-from tests.docs.readme_examples import ROOT
+from tests.docs.samples import literal_blocks
 
 from .gunicorn_support import EXAMPLE_DIR, Gunicorn, Tick, app_dir, by_slot, now_ms
 
@@ -458,15 +458,10 @@ cron.start()
 
 def docs_warning(runner: str, pid: int) -> str:
     """The master's warning as docs/gunicorn.rst shows it (runner 'web1-4242', pid 4242), for ``runner``
-    and ``pid``: the lines of its literal block from ``[WARNING]`` on, joined."""
-    lines = (ROOT / "docs" / "gunicorn.rst").read_text(encoding="utf-8").splitlines()
-    start = next(i for i, text in enumerate(lines) if text.startswith("    [WARNING] leasecron: "))
-    block = []
-    for text in lines[start:]:
-        if not text.strip():
-            break
-        block.append(text.strip())
-    return " ".join(block).replace("'web1-4242'", repr(runner)).replace("pid 4242", f"pid {pid}")
+    and ``pid``: the lines of its literal block, joined."""
+    [block] = [lines for _, lines in literal_blocks("gunicorn.rst") if lines[0].startswith("[WARNING] leasecron: ")]
+    text = " ".join(line.strip() for line in block)
+    return text.replace("'web1-4242'", repr(runner)).replace("pid 4242", f"pid {pid}")
 
 
 @pytest.mark.timeout(60)

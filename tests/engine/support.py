@@ -121,15 +121,15 @@ class Clock(Protocol):
 
 
 def handler(
-    store: Clock,
+    clock: Clock,
     calls: Calls,
     body: Optional[Callable[[Context], Any]] = None,
 ) -> Callable[[Context], Any]:
-    """A handler that records its Context (and the store's time, read from ``store``) in ``calls``
-    and then runs ``body``."""
+    """A handler that records its Context (and the store's time, read from ``clock``: the store
+    itself or ``cron.clock``) in ``calls`` and then runs ``body``."""
 
     def run(ctx: Context) -> Any:
-        calls.record(ctx, store.now_ms())
+        calls.record(ctx, clock.now_ms())
         try:
             return body(ctx) if body is not None else None
         finally:
