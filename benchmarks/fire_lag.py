@@ -113,7 +113,7 @@ from store_ops import (
 
 import leasecron
 from leasecron import Claim, Context, Event, LeaseCron, Run, Store, open_store
-from leasecron.clock import StoreClock
+from leasecron.engine.clock import StoreClock
 from leasecron.stores import ClaimRequest, DelegatingStore, SQLiteStore
 from leasecron.stores.postgres import PostgresStore
 from leasecron.stores.redis import RedisStore, job_keys

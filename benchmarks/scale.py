@@ -25,7 +25,7 @@ boot is done), and then watches it for ``--seconds``:
   window, as a percentage of one core, and its increase over the baseline;
   the due jobs' runs and the 0.25 s sampling are in every configuration,
   the baseline included;
-* **scheduler wake-ups**: the scheduler thread (``leasecron/scheduler.py``)
+* **scheduler wake-ups**: the scheduler thread (``leasecron/engine/scheduler.py``)
   sleeps on a condition variable until its earliest entry is due; each
   return from that wait is a wake-up. The benchmark counts them by patching,
   from the outside, ``leasecron.engine.Scheduler`` with a subclass whose
@@ -85,9 +85,9 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import leasecron
 import leasecron.engine
 from leasecron import Context, LeaseCron, MemoryStore, Run, Store, open_store
-from leasecron.clock import StoreClock
-from leasecron.scheduler import Scheduler
-from leasecron.workers import IDLE_NAME
+from leasecron.engine.clock import StoreClock
+from leasecron.engine.scheduler import Scheduler
+from leasecron.engine.workers import IDLE_NAME
 
 #: How often the threads are sampled during the window, in seconds.
 SAMPLE_S = 0.25
@@ -121,7 +121,7 @@ class CountingCondition(threading.Condition):
 
 
 class CountingScheduler(Scheduler):
-    """:class:`leasecron.scheduler.Scheduler` that counts the scheduler thread's wake-ups and the tasks it runs.
+    """:class:`leasecron.engine.scheduler.Scheduler` that counts the scheduler thread's wake-ups and the tasks it runs.
 
     Installed as ``leasecron.engine.Scheduler`` while a ``LeaseCron`` starts, so its
     engine builds this one; the last one built is :attr:`latest`.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, List
 
+from . import compat
 from .context import Context, Signal
 from .errors import Aborted, ConfigError, LeaseCronError, StoreError, StoreUnavailable
 from .events import Event
@@ -23,6 +24,8 @@ from .stores import MemoryStore, SQLiteStore, Store, open_store
 if TYPE_CHECKING:  # pragma: no cover - resolved lazily by __getattr__ below
     from .stores.postgres import PostgresStore
     from .stores.redis import RedisStore
+
+compat.install()  # the old module paths (leasecron.scheduler) still import
 
 __version__ = "0.2.0.dev0"
 

@@ -8,18 +8,11 @@ import threading
 from datetime import datetime
 from typing import Callable, List, Optional
 
+from .compat import old_names_of
 from .errors import Aborted
 from .states import AbortReason
 
-__all__ = ["Context", "Signal", "LOST", "STOP", "TIMEOUT"]
-
-#: ``Signal.reason`` when the lease was lost (fenced, or not renewable).
-LOST = AbortReason.LOST
-#: ``Signal.reason`` when the instance is stopping.
-STOP = AbortReason.STOP
-#: ``Signal.reason`` when the attempt ran for the job's ``timeout_ms``.
-TIMEOUT = AbortReason.TIMEOUT
-
+__all__ = ["Context", "Signal"]
 
 class Signal(threading.Event):
     """Set when the run must stop: ``reason`` says why (``"lost"``, ``"stop"`` or ``"timeout"``).
@@ -92,7 +85,7 @@ class Context:
     attempt's fencing token: pass it to a side effect that can check it.
     ``try_number`` counts the calls of the handler within this attempt, from
     1: a job with ``retries`` calls it again after it raised
-    (:mod:`leasecron.tries`); every try has the same attempt, token and signal.
+    (:mod:`leasecron.engine.tries`); every try has the same attempt, token and signal.
     """
 
     job: str
@@ -104,3 +97,6 @@ class Context:
     reason: str
     signal: Signal
     try_number: int = 1
+
+
+__getattr__ = old_names_of(__name__)

@@ -23,18 +23,18 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Type, Union
 
-from .clock import StoreClock
+from .engine.clock import StoreClock
 from .controls import JobState
-from .engine import Engine
+from .engine.core import Engine
 from .errors import ConfigError
 from .events import Callback, Emitter, SlotText, log
 from .jobs import Handler, Job, job_decorator, make_job
 from .options import OPTION_NAMES, resolve_options
 from .runs import Run
 from .schedules import ScheduleSpec
-from .signals import handle_signals
+from .engine.signals import handle_signals
 from .stores import Store, open_store
-from .stores.base import MAX_INT, check_text
+from .limits import MAX_INT, check_text
 
 __all__ = ["LeaseCron", "default_runner", "instances"]
 

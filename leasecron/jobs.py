@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Optional
 from .errors import ConfigError
 from .options import JobOptions, resolve_options
 from .schedules import Schedule, ScheduleSpec, make_schedule
-from .stores.base import check_job_name
+from .limits import check_job_name
 
 __all__ = ["Job", "make_job", "job_name", "job_schedule", "job_decorator"]
 

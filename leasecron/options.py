@@ -15,7 +15,7 @@ them, when it is built, and the error names ``LeaseCron``.
 than the job's heartbeat: a limit shorter than one heartbeat could end a
 run before its lease was ever renewed, which is no limit a cluster could
 keep. ``retries`` (default 0) and ``retry_delay_ms`` (default 1 000) are
-whole numbers from 0; see :mod:`leasecron.tries` for what they do.
+whole numbers from 0; see :mod:`leasecron.engine.tries` for what they do.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .errors import ConfigError
 from .schedules import time_zone
-from .stores.base import MAX_INT, OVERLAP_MODES
+from .limits import MAX_INT, OVERLAP_MODES
 
 __all__ = ["JobOptions", "DEFAULTS", "OPTION_NAMES", "resolve_options", "check_option"]
 

@@ -15,50 +15,18 @@ import dataclasses
 from datetime import datetime, timezone
 from typing import Optional, Tuple
 
-from .states import Outcome, Reason, Status
+from .compat import old_names_of
+from .states import Outcome, Status
 
 __all__ = [
     "Run",
     "Claim",
-    "Status",
-    "Outcome",
-    "Reason",
-    "RUNNING",
-    "SUCCESS",
-    "FAILED",
-    "INTERRUPTED",
-    "STATUSES",
-    "FINISH_STATUSES",
-    "SCHEDULE",
-    "CATCH_UP",
-    "TAKEOVER",
-    "MANUAL",
-    "REASONS",
     "Attempt",
     "MAX_ATTEMPTS_KEPT",
-    "WON",
-    "OUTCOMES",
     "LATE_TOLERANCE_MS",
     "EARLY_TOLERANCE_MS",
     "slot_datetime",
 ]
-
-# The named values (str Enums, see leasecron.states), also under their 0.1 names.
-RUNNING = Status.RUNNING
-SUCCESS = Status.SUCCESS
-FAILED = Status.FAILED
-INTERRUPTED = Status.INTERRUPTED
-STATUSES = Status.values()
-FINISH_STATUSES = (SUCCESS.value, FAILED.value)
-
-SCHEDULE = Reason.SCHEDULE
-CATCH_UP = Reason.CATCH_UP
-TAKEOVER = Reason.TAKEOVER
-MANUAL = Reason.MANUAL
-REASONS = Reason.values()
-
-WON = Outcome.WON
-OUTCOMES = Outcome.values()
 
 #: A new claim is late when ``now - slot_ms > max_late_ms + LATE_TOLERANCE_MS``.
 LATE_TOLERANCE_MS = 10_000
@@ -134,11 +102,11 @@ class Run:
     @property
     def finished(self) -> bool:
         """True once the run ended (success, failed or interrupted)."""
-        return self.status != RUNNING
+        return self.status != Status.RUNNING
 
     def lease_alive(self, now_ms: int) -> bool:
         """True while the run is running and its lease ends after ``now_ms``."""
-        return self.status == RUNNING and self.lease_end_ms > now_ms
+        return self.status == Status.RUNNING and self.lease_end_ms > now_ms
 
     def to_dict(self) -> dict[str, object]:
         """The run as plain JSON-ready values (``slot`` as ISO 8601 text)."""
@@ -174,4 +142,7 @@ class Claim:
     @property
     def won(self) -> bool:
         """True when the caller won the run and must execute it."""
-        return self.outcome == WON
+        return self.outcome == Outcome.WON
+
+
+__getattr__ = old_names_of(__name__)

@@ -45,7 +45,7 @@ def print_profiles(directory: str, top: int = TOP) -> None:
 
 
 def _short(path: str) -> str:
-    """A source path from the package or library's folder on (``leasecron/claims.py``)."""
+    """A source path from the package or library's folder on (``leasecron/engine/claims.py``)."""
     parts = path.replace(os.sep, "/").split("/")
     for anchor in ("leasecron", "redis", "psycopg2", "site-packages", "benchmarks"):
         if anchor in parts[:-1]:

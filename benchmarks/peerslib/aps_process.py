@@ -26,7 +26,7 @@ from fire_lag import WINDOW_LEAD_MS, cpu_seconds, tell_parent, wait_until_store_
 from .child import ControlPipe, stop_on_signals
 
 from leasecron import MemoryStore
-from leasecron.clock import StoreClock
+from leasecron.engine.clock import StoreClock
 
 from . import APS_JOB
 

@@ -5,7 +5,7 @@
 A started instance asks the store for the open requests of manual runs
 (pending, or claimed and not expired: the run may need a backup) with one
 call, ``pending_requests()``, every ``poll_ms``, for all its jobs
-(``leasecron/manual_runs.py``); the call's cost should grow with those
+(``leasecron/engine/polling.py``); the call's cost should grow with those
 requests only (rule 19). For each job count N (``--poll-jobs``; the first is
 the baseline), on a store of its own (``speedlib.namespaces``):
 

@@ -31,11 +31,11 @@ import time
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from ..clock import StoreClock
+from ..engine.clock import StoreClock
 from ..errors import ConfigError
 from ..runs import Run
 from ..cron import LeaseCron
-from ..targets import load_cron
+from .targets import load_cron
 from ..stores import Store, open_store
 from ..stores.checks import MAX_RECENT_JOBS
 from .tables import JobRow, format_table, job_dict, jobs_lines, runs_lines
@@ -241,7 +241,7 @@ def _check(store: Store) -> List[str]:
 
 def _clock_offset(store: Store, samples: int = 5) -> Tuple[float, float]:
     """The store's clock minus the local wall clock, and the round trip, in ms, from the sample
-    with the shortest round trip (as an instance measures it, :class:`~leasecron.clock.StoreClock`).
+    with the shortest round trip (as an instance measures it, :class:`~leasecron.engine.clock.StoreClock`).
 
     A store's clock counts whole milliseconds (it truncates), so its true time
     lies in ``[now_ms, now_ms + 1)``: the middle, ``now_ms + 0.5``, is compared.

@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from ..errors import ConfigError
 from ..stores import Store, open_store
-from ..targets import load_cron
+from .targets import load_cron
 from .commands import CommandError, reading
 from .controls import creating_nothing
 

@@ -19,7 +19,8 @@ from typing import Dict, List, Optional, Sequence
 
 from ..controls import JobState, ManualRequest
 from ..options import JobOptions
-from ..runs import RUNNING, Run
+from ..runs import Run
+from ..states import Status
 from ..schedules import CronSchedule, IntervalSchedule, Schedule
 
 __all__ = [
@@ -143,7 +144,7 @@ def runs_lines(runs: Sequence[Run], now_ms: int, where: str) -> List[str]:
 
 def lease_left(run: Run, now_ms: int) -> str:
     """How long the lease of a running run lasts on the store's clock; ``released``, ``expired`` or ``-``."""
-    if run.status != RUNNING:
+    if run.status != Status.RUNNING:
         return "-"
     left = run.lease_end_ms - now_ms
     if left > 0:
@@ -310,7 +311,7 @@ def _finished(run: Optional[Run], now_ms: int) -> str:
     if run is None:
         return "-"
     if run.finished_ms is None:
-        return "(running)" if run.status == RUNNING else "-"
+        return "(running)" if run.status == Status.RUNNING else "-"
     return f"{format_duration(now_ms - run.finished_ms)} ago"
 
 

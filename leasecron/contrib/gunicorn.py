@@ -74,7 +74,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from ..cron import LeaseCron, instances
-from ..targets import check_target, load_cron
+from ..cli.targets import check_target, load_cron
 
 __all__ = ["GunicornHooks", "hooks", "find_cron", "ABORT_STOP_S", "STOP_MARGIN_S", "LINGER_MAX_S"]
 
@@ -127,7 +127,7 @@ _GENERATIONS = _Generations()
 
 def find_cron(target: str) -> LeaseCron:
     """Import ``"module:attr"`` and return the ``LeaseCron`` it names (see
-    :func:`leasecron.targets.load_cron`: a ``LeaseCron``, or a Flask app whose
+    :func:`leasecron.cli.targets.load_cron`: a ``LeaseCron``, or a Flask app whose
     ``extensions["leasecron"]`` is one; ``attr`` may be dotted or call a factory).
     Raises :class:`~leasecron.ConfigError` saying what was found instead."""
     return load_cron(target, "leasecron")

@@ -101,9 +101,8 @@ except ImportError as exc:  # pragma: no cover - tested in a process without pro
 
 from ..errors import ConfigError
 from ..events import Event, log
-from ..live import FENCED, UNRENEWED
-from ..runs import OUTCOMES, Claim, Outcome, Reason, Run
-from ..states import AbortReason
+from ..runs import Claim, Run
+from ..states import AbortReason, LostCause, Outcome, Reason
 from ..stores import ClaimRequest, DelegatingStore, Store
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,7 +117,8 @@ TAKEOVER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 #: The ``outcome`` values of ``runs_total``: the events that end an attempt.
 RUN_OUTCOMES = ("success", "failed", "lost", "handover")
 #: The ``cause`` values of ``lease_lost_total``.
-LOST_CAUSES = (FENCED, UNRENEWED)
+LOST_CAUSES = LostCause.values()
+_OUTCOMES = Outcome.values()
 #: How many runs' last seen lease ends a store wrapper remembers (the oldest are forgotten).
 _SEEN_MAX = 4096
 
@@ -262,7 +262,7 @@ class Metrics:
 
     def _on_lost(self, event: Event) -> None:
         if event.job is not None:
-            self.lease_lost.labels(event.job, event.reason or UNRENEWED).inc()
+            self.lease_lost.labels(event.job, event.reason or LostCause.UNRENEWED).inc()
 
     def _on_start(self, event: Event) -> None:
         if event.job is not None and event.reason == Reason.MANUAL:
@@ -371,7 +371,7 @@ class _MeteredStore(DelegatingStore):
             raise
         took = time.perf_counter() - began
         for request, claim in zip(requests, claims):
-            outcome = claim.outcome if claim.outcome in OUTCOMES else "other"
+            outcome = claim.outcome if claim.outcome in _OUTCOMES else "other"
             self._metrics.claimed(request.job, request.reason, outcome, took)
             self._note(request.job, request.slot_ms, request.reason, claim)
         return claims

@@ -31,36 +31,15 @@ from typing import List, Optional, Sequence, Type
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, shown
-from ..runs import SCHEDULE, Claim
+from ..compat import old_names_of
+from ..runs import Claim
+from ..states import Reason
 from .claim_request import ClaimRequest
-from .checks import (
-    MAX_INT,
-    MAX_NAME_BYTES,
-    OVERLAP_MODES,
-    check_claim,
-    check_finish,
-    check_actor,
-    check_heartbeat,
-    check_int,
-    check_job_name,
-    check_note,
-    check_text,
-    check_token,
-)
+from ..limits import check_int, check_job_name
+from .checks import check_actor, check_claim, check_finish, check_heartbeat, check_note, check_token
 from .reads import StoreReads
 
-#: The limits and checks the engine and the options share with the stores live in ``checks``; they
-#: are importable from here too, as before.
-__all__ = [
-    "ClaimRequest",
-    "REQUESTS_KEPT",
-    "Store",
-    "MAX_INT",
-    "MAX_NAME_BYTES",
-    "OVERLAP_MODES",
-    "check_job_name",
-    "check_text",
-]
+__all__ = ["ClaimRequest", "REQUESTS_KEPT", "Store"]
 
 
 #: How many requests for manual runs that ended (claimed, skipped, expired) a store keeps per job.
@@ -92,7 +71,7 @@ class Store(StoreReads):
         slot_ms: int,
         *,
         runner: str,
-        reason: str = SCHEDULE,
+        reason: str = Reason.SCHEDULE,
         lease_ms: int = 30_000,
         max_attempts: int = 3,
         max_late_ms: int = 30_000,
@@ -351,3 +330,6 @@ class Store(StoreReads):
         tb: Optional[TracebackType],
     ) -> None:
         self.close()
+
+
+__getattr__ = old_names_of(__name__)

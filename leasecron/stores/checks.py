@@ -12,74 +12,30 @@ from collections.abc import Sequence
 from typing import List, Optional
 
 from ..errors import ConfigError, shown
-from ..runs import FINISH_STATUSES, REASONS
+from ..limits import OVERLAP_MODES, check_int, check_job_name, check_text
+from ..states import Reason, Status
 from .claim_request import ClaimRequest
 
 __all__ = [
-    "MAX_INT",
-    "MAX_NAME_BYTES",
+    "FINISH_STATUSES",
+    "MAX_NOTE_CHARS",
     "MAX_RECENT_JOBS",
-    "OVERLAP_MODES",
+    "check_actor",
     "check_claim",
     "check_finish",
-    "check_actor",
     "check_heartbeat",
-    "check_int",
     "check_note",
-    "check_job_name",
     "check_recent_runs",
     "check_run_key",
-    "check_text",
     "check_token",
 ]
-
-#: The largest time or count a store accepts (2**50 ms is some 35 000 years):
-#: every backend can add two of them exactly, Lua's doubles included.
-MAX_INT = 2**50
-
-#: The longest job name, in bytes of UTF-8: every store can key and index it
-#: (PostgreSQL's btree index rows hold at most about 2.7 kB).
-MAX_NAME_BYTES = 1024
 
 #: The most job names one ``recent_runs`` call takes: a call is one statement (one pipeline), and a
 #: page of the dashboard asks for 50.
 MAX_RECENT_JOBS = 1_000
-
-#: The values of a claim's ``overlap``.
-OVERLAP_MODES = ("skip", "allow")
-
-
-def check_text(what: str, value: object) -> None:
-    """Raise :class:`~leasecron.ConfigError` unless ``value`` is a string every store can
-    keep: no NUL character, and no lone surrogate (it could not be encoded as UTF-8)."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} must be a string, not {shown(value)}")
-    if "\x00" in value:
-        raise ConfigError(f"{what} must not contain a NUL character: {shown(value)}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigError(
-            f"{what} must be valid Unicode text, but has a lone surrogate at index {exc.start}: {shown(value)}"
-        ) from None
-
-
-def check_job_name(job: object) -> None:
-    """Raise :class:`~leasecron.ConfigError` unless ``job`` is a job name every store
-    accepts: a non-empty string without NUL or lone surrogates, at most
-    :data:`MAX_NAME_BYTES` bytes in UTF-8."""
-    if not isinstance(job, str) or job == "":
-        raise ConfigError(f"job name must be a non-empty string, not {shown(job)}")
-    check_text("job name", job)
-    size = len(job.encode("utf-8"))
-    if size > MAX_NAME_BYTES:
-        raise ConfigError(f"job name must be at most {MAX_NAME_BYTES} bytes in UTF-8, not {size}: {shown(job)}")
-
-
-def check_int(name: str, value: object, minimum: int) -> None:
-    """Raise :class:`~leasecron.ConfigError` unless ``value`` is an integer from ``minimum`` to 2**50."""
-    if not (isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_INT):
-        raise ConfigError(f"{name} must be an integer from {minimum} to 2**50, not {value!r}")
+#: The statuses a finish records, and the reasons a claim may give.
+FINISH_STATUSES = (Status.SUCCESS.value, Status.FAILED.value)
+_REASONS = Reason.values()
 
 
 def check_run_key(job: object, slot_ms: object) -> None:
@@ -118,8 +74,8 @@ def check_claim(request: ClaimRequest) -> None:
     if not isinstance(runner, str) or runner == "":
         raise ConfigError(f"runner must be a non-empty string, not {runner!r}")
     check_text("runner", runner)
-    if request.reason not in REASONS:
-        raise ConfigError(f"reason must be one of {', '.join(REASONS)}, not {request.reason!r}")
+    if request.reason not in _REASONS:
+        raise ConfigError(f"reason must be one of {', '.join(_REASONS)}, not {request.reason!r}")
     check_int("lease_ms", request.lease_ms, 1)
     check_int("max_attempts", request.max_attempts, 1)
     check_int("max_late_ms", request.max_late_ms, 0)

@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
-from ..runs import Status
-from ..states import RequestState
+from ..states import RequestState, Status
 from .records import Record
 from .rules import TableStore
 from .table import NewSlot, Table

@@ -25,7 +25,8 @@ from typing import Dict, List, Optional, Sequence
 
 from ..controls import JobState, ManualRequest
 from ..runs import Run
-from .checks import check_job_name, check_recent_runs, check_run_key
+from ..limits import check_job_name
+from .checks import check_recent_runs, check_run_key
 
 __all__ = ["StoreReads"]
 

@@ -31,8 +31,8 @@ from typing import Any, Mapping, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
-from ..runs import MAX_ATTEMPTS_KEPT, STATUSES, Attempt, Run, Status, slot_datetime
-from ..states import AttemptOutcome, RequestState
+from ..runs import MAX_ATTEMPTS_KEPT, Attempt, Run, slot_datetime
+from ..states import AttemptOutcome, RequestState, Status
 
 __all__ = [
     "Record",
@@ -43,6 +43,8 @@ __all__ = [
     "read_request",
     "stored_attempts_json",
 ]
+
+_STATUSES = Status.values()
 
 _OUTCOMES = AttemptOutcome.values()
 _REQUEST_STATES = RequestState.values()
@@ -165,7 +167,7 @@ def _record_as_written(job: str, slot_ms: object, fields: Mapping[str, Any]) -> 
         slot is None or attempt is None or handovers is None or lease_end is None or started is None
         or (finished is not None and finished_ms is None)
         or type(token) is not str or type(runner) is not str or type(reason) is not str
-        or type(status) is not str or status not in STATUSES or not (error is None or type(error) is str)
+        or type(status) is not str or status not in _STATUSES or not (error is None or type(error) is str)
         or type(released) not in _FLAG_TYPES or released not in _FLAGS
         or type(manual) not in _FLAG_TYPES or manual not in _FLAGS
         or slot > MAX_SLOT_MS or attempt < 1 or handovers < 0
@@ -205,8 +207,8 @@ def _field_by_field(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Rec
         ),
         manual=_stored_flag(fields.get("manual", False), "manual"),
     )
-    if record.status not in STATUSES:
-        raise ValueError(f"status is {shown(record.status)}, not one of {', '.join(STATUSES)}")
+    if record.status not in _STATUSES:
+        raise ValueError(f"status is {shown(record.status)}, not one of {', '.join(_STATUSES)}")
     if record.slot_ms > MAX_SLOT_MS:
         slot_datetime(record.slot_ms)  # raises: a slot past the year 9999 cannot be a Run
     return record

@@ -96,6 +96,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from ..compat import old_names_of
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
 from ..runs import Claim
@@ -122,7 +123,6 @@ DEFAULT_CONNECT_TIMEOUT = 2.0
 #: Connections of a client the store creates (per node of a cluster); more calls wait for one.
 DEFAULT_MAX_CONNECTIONS = 64
 
-_load_scripts = load_scripts  # the name the script tests use
 
 
 class RedisStore(RedisReads):
@@ -329,3 +329,6 @@ class RedisStore(RedisReads):
 
     def __repr__(self) -> str:
         return f"RedisStore({self._label!r}, prefix={self.prefix!r})"
+
+
+__getattr__ = old_names_of(__name__)

@@ -25,8 +25,8 @@ from contextlib import AbstractContextManager
 from typing import Dict, List, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
-from ..runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Outcome, Reason, Run, Status, slot_datetime
-from ..states import AttemptOutcome, RequestState
+from ..runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
+from ..states import AttemptOutcome, Outcome, Reason, RequestState, Status
 from .base import REQUESTS_KEPT, ClaimRequest, Store
 from .records import Record, new_token, read_record
 from .table import NewSlot, Table

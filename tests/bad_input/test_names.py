@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 from leasecron import ConfigError, LeaseCron, MemoryStore, Run, Store
-from leasecron.stores.base import MAX_NAME_BYTES
+from leasecron.limits import MAX_NAME_BYTES
 from tests.conftest import Backend
 from tests.engine.conftest import MakeCron
 from tests.engine.support import CATCH_UP_HOUR, HOURLY, NEVER_LATE, Recorder, latest_hourly_slot, stored

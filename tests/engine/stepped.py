@@ -4,10 +4,10 @@ The engine's decisions (what to claim, when to back a run up, what to skip)
 are tested here without waiting: time is passed in, not read (huey's
 ``loop(now=None)``). A :class:`ManualTime` is both the store's clock (a
 :class:`~leasecron.MemoryStore` reads it) and the host's monotonic clock
-(the instance's :class:`~leasecron.clock.StoreClock` counts with it); the
+(the instance's :class:`~leasecron.engine.clock.StoreClock` counts with it); the
 engine's scheduler is never started, and :meth:`Stepped.advance` moves the
 time forward millisecond by millisecond, running at each what the scheduler
-thread would have run then (:meth:`~leasecron.scheduler.Scheduler.run_due`).
+thread would have run then (:meth:`~leasecron.engine.scheduler.Scheduler.run_due`).
 The claim pool and the workers run each task at once, in the test's thread
 (:class:`InlineExecutor`, :class:`InlineWorkers`), so a handler has returned,
 and its end been recorded, before the step that claimed its run returns.
@@ -17,7 +17,7 @@ heartbeat loops): handlers here return at once, so no heartbeat loop ever
 starts. Those tests run real instances on real stores, on the real clock.
 
 Store calls that fail are not retried here: a retry waits on the real clock
-(:func:`leasecron.retry.call_until`) while the deadlines are on this one,
+(:func:`leasecron.engine.store_calls.call_until`) while the deadlines are on this one,
 which starts at 0 and so has always passed. The store is a memory store.
 """
 
@@ -28,12 +28,12 @@ from concurrent.futures import Executor, Future
 from typing import Any, Callable, Dict, List, Optional
 
 from leasecron import Event, MemoryStore, Store
-from leasecron.clock import StoreClock
+from leasecron.engine.clock import StoreClock
 from leasecron.engine import Engine
 from leasecron.events import EVENT_TYPES, Emitter
 from leasecron.jobs import Handler, Job, make_job
-from leasecron.scheduler import Scheduler
-from leasecron.workers import Workers
+from leasecron.engine.scheduler import Scheduler
+from leasecron.engine.workers import Workers
 from tests.engine.support import FAST
 
 __all__ = ["ManualTime", "InlineExecutor", "InlineWorkers", "Stepped", "advance_together", "at"]

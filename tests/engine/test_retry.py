@@ -8,7 +8,7 @@ from typing import List
 import pytest
 
 from leasecron.errors import StoreError, StoreUnavailable
-from leasecron.retry import BACKOFF_FIRST_S, BACKOFF_JITTER_S, BACKOFF_MAX_S, backoff, call_until
+from leasecron.engine.store_calls import BACKOFF_FIRST_S, BACKOFF_JITTER_S, BACKOFF_MAX_S, backoff, call_until
 
 
 class Flaky:

@@ -1,4 +1,4 @@
-"""The scheduler (leasecron/scheduler.py). Its thread's two kinds of time: an entry on the store's
+"""The scheduler (leasecron/engine/scheduler.py). Its thread's two kinds of time: an entry on the store's
 clock follows a correction of the estimate of that clock; an entry on the host's monotonic clock
 (a lease's local deadline, a delay) fires when it was meant to, whatever the correction. And its
 step, run_due(), which runs what is due at a time in the caller's thread."""
@@ -12,8 +12,8 @@ from typing import Dict, Iterator, List
 import pytest
 
 from leasecron import MemoryStore
-from leasecron.clock import StoreClock
-from leasecron.scheduler import Scheduler
+from leasecron.engine.clock import StoreClock
+from leasecron.engine.scheduler import Scheduler
 from tests.engine.stepped import ManualTime, at
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,4 +1,4 @@
-"""Timeouts and retries (leasecron.tries): the tries of one attempt, under one lease.
+"""Timeouts and retries (leasecron.engine.tries): the tries of one attempt, under one lease.
 
 A job with ``retries`` calls its handler again after a try that raised, on the
 same instance, in the same attempt, with waits of ``retry_delay_ms`` doubled
@@ -22,8 +22,8 @@ import tenacity
 from leasecron import Context, LeaseCron, MemoryStore
 from leasecron.errors import ConfigError
 from leasecron.jobs import make_job
-from leasecron.live import Signal
-from leasecron.tries import MAX_WAIT_S, Tries, retry_wait
+from leasecron import Signal
+from leasecron.engine.tries import MAX_WAIT_S, Tries, retry_wait
 from tests.engine.conftest import Gates, MakeCron
 from tests.engine.support import CATCH_UP_HOUR, HEARTBEAT, HOURLY, LEASE, MARGIN, Recorder, stored, wait_store_time
 from tests.helpers import wait_for

@@ -1,4 +1,4 @@
-"""Workers (leasecron/workers.py): threads reused from task to task, grown without bound,
+"""Workers (leasecron/engine/workers.py): threads reused from task to task, grown without bound,
 gone when idle; each task in a fresh contextvars context and under its own thread name."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from leasecron.workers import IDLE_NAME, Workers
+from leasecron.engine.workers import IDLE_NAME, Workers
 from tests.helpers import wait_for
 
 VAR: "contextvars.ContextVar[str]" = contextvars.ContextVar("VAR", default="unset")

@@ -21,7 +21,7 @@ from leasecron.runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS
 from leasecron.stores import postgres, sqlite, templates
 from leasecron.stores.migrations import Migration, latest_version, migrations
 from leasecron.stores.queries import load_queries
-from leasecron.stores.redis import _load_scripts
+from leasecron.stores.redis_scripts import load_scripts
 from leasecron.stores.templates import render, without_comments
 
 STORES = Path(__file__).resolve().parents[2] / "leasecron" / "stores"
@@ -98,7 +98,7 @@ def test_this_releases_claim_calls_the_claim_function_of_the_latest_migration_th
 def _scripts() -> Dict[str, str]:
     """Every script a store runs, rendered and without its comment lines: the Lua scripts, the named
     queries, the migrations."""
-    texts = {f"lua/{name}": without_comments(script.source) for name, script in _load_scripts().items()}
+    texts = {f"lua/{name}": without_comments(script.source) for name, script in load_scripts().items()}
     for dialect in DIALECTS:
         for name, sql in load_queries(dialect, schema="s", table="t").items():
             texts[f"{dialect}/queries.sql:{name}"] = sql
@@ -119,13 +119,13 @@ def test_the_tolerances_of_the_scripts_are_the_python_constants(monkeypatch: pyt
     there, they change in every script."""
     numbers = {"LATE_TOLERANCE_MS": LATE_TOLERANCE_MS, "EARLY_TOLERANCE_MS": EARLY_TOLERANCE_MS}
     assert templates.PROTOCOL_NUMBERS.items() >= numbers.items()
-    lua = _load_scripts()["claim"].source
+    lua = load_scripts()["claim"].source
     claim_v2 = _rendered(migrations("postgres")[1])
     assert f"local LATE_TOLERANCE_MS = {LATE_TOLERANCE_MS}\n" in lua
     assert f"p_max_late + {LATE_TOLERANCE_MS} THEN" in claim_v2
     monkeypatch.setitem(templates.PROTOCOL_NUMBERS, "LATE_TOLERANCE_MS", 12_345)
     monkeypatch.setitem(templates.PROTOCOL_NUMBERS, "EARLY_TOLERANCE_MS", 6_789)
-    lua = _load_scripts()["claim"].source
+    lua = load_scripts()["claim"].source
     claim_v2 = _rendered(migrations("postgres")[1])
     assert "local LATE_TOLERANCE_MS = 12345\n" in lua and "local EARLY_TOLERANCE_MS = 6789\n" in lua
     assert "p_max_late + 12345 THEN" in claim_v2 and "p_slot > v_now + 6789 THEN" in claim_v2

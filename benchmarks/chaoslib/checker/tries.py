@@ -40,9 +40,9 @@ from .bounds import Bounds, fmt_ms
 from .model import Attempt, Model, Slot
 from .report import CLOCK_SLACK_MS, INF, NS, InvariantResult, JobConfig, Line
 
-#: The error a run that ran past its ``timeout_ms`` is recorded with (``leasecron.tries``).
+#: The error a run that ran past its ``timeout_ms`` is recorded with (``leasecron.engine.tries``).
 TIMED_OUT = re.compile(r"^timed out after (\d+) ms$")
-#: The longest wait between two tries of one heartbeat (``leasecron.retry``: 1 s + 20 ms jitter).
+#: The longest wait between two tries of one heartbeat (``leasecron.engine.store_calls``: 1 s + 20 ms jitter).
 BACKOFF_MAX_MS = 1_020
 #: The try number in the error of a planned failure (``chaoslib.handlers``).
 PLANNED_TRY = re.compile(r"planned failure \(try (\d+)\)")

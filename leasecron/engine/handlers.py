@@ -20,8 +20,8 @@ import asyncio
 import inspect
 from typing import Any, Awaitable, Callable
 
-from .context import Context
-from .errors import Aborted
+from ..context import Context
+from ..errors import Aborted
 
 __all__ = ["call_handler"]
 

@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Callable, Optional, Tuple
 
-from .events import log
-from .stores.base import Store
+from ..events import log
+from ..stores.base import Store
 
 __all__ = ["StoreClock", "ClockSync", "CLOCK_SYNC_MS", "CLOCK_DRIFT_MS", "DRIFT_RESYNC_GAP_S", "NOT_DUE_SLACK_MS"]
 

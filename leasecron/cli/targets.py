@@ -12,8 +12,8 @@ import os
 import sys
 from typing import Any
 
-from .cron import LeaseCron
-from .errors import ConfigError
+from ..cron import LeaseCron
+from ..errors import ConfigError
 
 __all__ = ["load_cron", "check_target"]
 

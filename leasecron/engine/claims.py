@@ -1,7 +1,7 @@
 """Claims: sending them to the store, together where several are due at once, and acting on
 what the store answered.
 
-An instance claims a slot in the claim pool (:mod:`leasecron.pool`), never in the scheduler
+An instance claims a slot in the claim pool (:mod:`leasecron.engine.claim_pool`), never in the scheduler
 thread. A claim is **sent** with one token for every try (:meth:`Claims.claim`): a try whose
 answer was lost may have won, and the next try, with the same token and runner, then wins
 that same attempt again instead of finding it running. It is retried while the store is
@@ -44,15 +44,15 @@ import threading
 from typing import Callable, List, Optional, Set, Tuple
 
 from .clock import ClockSync, StoreClock
-from .events import ClaimText, Emitter, SlotText, error_text, log
-from .jobs import Job
-from .pool import ClaimPool
-from .retry import call_until
-from .runs import LATE_TOLERANCE_MS, Claim, Run
+from ..events import ClaimText, Emitter, SlotText, error_text, log
+from ..jobs import Job
+from .claim_pool import ClaimPool
+from .store_calls import call_until
+from ..runs import LATE_TOLERANCE_MS, Claim, Run
 from .scheduler import Scheduler
-from .states import Outcome, Reason
-from .stores import ClaimRequest, Store
-from .stores.records import new_token
+from ..states import Outcome, Reason
+from ..stores import ClaimRequest, Store
+from ..stores.records import new_token
 
 __all__ = ["Claims", "BATCH_MAX", "BATCH_MIN"]
 
@@ -93,7 +93,7 @@ class Claims:
     (the engine is not stopping, the job is scheduled); ``stopping()``: whether the engine
     stops; ``start_run(job, run, sent)``: start a won run; ``watch(job, slot_ms)``: back up a
     run; ``forget_before(name, slot_ms)``: stop backing up the job's earlier runs (see
-    :meth:`~leasecron.backups.Backups.forget_before`); ``jitter(job)``: a claim's delay after
+    :meth:`~leasecron.engine.backups.Backups.forget_before`); ``jitter(job)``: a claim's delay after
     its slot, in ms; ``threads``: the pool's threads, over which claims due at once are spread."""
 
     def __init__(

@@ -6,10 +6,10 @@ loop and check its local deadline, the worker threads, a function that
 emits an event about it, the host's monotonic clock, and a callback told
 when it ended). It knows nothing of the engine that made it.
 
-Both threads are the instance's workers (:class:`~leasecron.workers.Workers`),
+Both threads are the instance's workers (:class:`~leasecron.engine.workers.Workers`),
 reused from run to run. The run thread calls the handler, once or, with
-``retries``, until a try returns (:mod:`leasecron.tries`; a coroutine runs
-in an event loop of its own: :mod:`leasecron.handlers`), and then records
+``retries``, until a try returns (:mod:`leasecron.engine.tries`; a coroutine runs
+in an event loop of its own: :mod:`leasecron.engine.handlers`), and then records
 the end: ``finish(success)`` when it returned, ``finish(failed)`` when it
 raised, ``release`` (a hand-over) when it raised after ``stop()`` aborted
 its signal, and ``finish(failed)`` with ``timed out after N ms`` once the
@@ -42,20 +42,18 @@ import functools
 import threading
 from typing import Any, Callable, Optional, Protocol, Tuple
 
-from .context import Context, Signal
-from .errors import Aborted
-from .events import SlotText, error_text, log
-from .jobs import Job
-from .retry import call_until
-from .runs import Run
-from .states import AbortReason, LiveState, LostCause, Status
-from .stores.base import Store
+from ..context import Context, Signal
+from ..errors import Aborted
+from ..events import SlotText, error_text, log
+from ..jobs import Job
+from .store_calls import call_until
+from ..runs import Run
+from ..states import AbortReason, LiveState, LostCause, Status
+from ..stores.base import Store
 from .tries import Tries, timed_out_text
 
-__all__ = ["LiveRun", "RunSupport", "Timers", "Threads", "EmitRunEvent", "FENCED", "UNRENEWED"]
+__all__ = ["LiveRun", "RunSupport", "Timers", "Threads", "EmitRunEvent"]
 
-#: The reasons of a ``lost`` event (:class:`~leasecron.states.LostCause`), under their 0.1 names.
-FENCED, UNRENEWED = LostCause.FENCED, LostCause.UNRENEWED
 #: The states in which the run is still this instance's to renew, finish or lose.
 _HOLDING = (LiveState.RUNNING, LiveState.FINISHING)
 

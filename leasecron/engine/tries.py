@@ -1,7 +1,7 @@
 """The tries of one attempt: a handler called again when it raises, and the attempt's time limit.
 
 An *attempt* is what the store knows: one runner holding one lease (see
-:mod:`leasecron.live`). Within it, the instance that won it may call the
+:mod:`leasecron.engine.live`). Within it, the instance that won it may call the
 handler more than once — its *tries* — without asking the store anything:
 
 * ``retries`` (default 0) more tries after a try that raised an
@@ -20,7 +20,7 @@ handler more than once — its *tries* — without asking the store anything:
   the signal cut a wait short).
 * ``timeout_ms`` (default ``None``: no limit) counts from the first try's
   start, waits included: when it passes, the live run aborts the signal with
-  reason ``"timeout"`` (:meth:`leasecron.live.LiveRun.start` sets the timer).
+  reason ``"timeout"`` (:meth:`leasecron.engine.live.LiveRun.start` sets the timer).
   The handler is asked to stop, not killed: Python cannot stop a thread from
   outside, so a handler that ignores its signal runs on, and keeps its lease
   (the heartbeats go on until it returns), because a second runner must never
@@ -39,10 +39,10 @@ from typing import Callable, Optional
 
 import tenacity
 
-from .context import Context
-from .errors import Aborted
+from ..context import Context
+from ..errors import Aborted
 from .handlers import call_handler
-from .jobs import Job
+from ..jobs import Job
 
 __all__ = ["Tries", "OnRetry", "MAX_WAIT_S", "retry_wait", "timed_out_text"]
 

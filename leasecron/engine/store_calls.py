@@ -23,7 +23,7 @@ from typing import Callable, Tuple, Type, TypeVar
 
 import tenacity
 
-from .errors import StoreUnavailable
+from ..errors import StoreUnavailable
 
 __all__ = ["call_until", "backoff"]
 
@@ -52,7 +52,7 @@ def call_until(
     ``deadline``; the last error is raised once it has.
 
     The waits are real ones, on the real clock, also for an instance that a
-    test drives with a clock of its own (:class:`~leasecron.clock.StoreClock`):
+    test drives with a clock of its own (:class:`~leasecron.engine.clock.StoreClock`):
     such a test gives it a store that answers.
     """
     try:

@@ -22,9 +22,9 @@ import random
 import threading
 from typing import Callable, Dict, Optional, Set, Tuple
 
-from .jobs import Job
-from .runs import LATE_TOLERANCE_MS, Claim, Run
-from .states import Outcome
+from ..jobs import Job
+from ..runs import LATE_TOLERANCE_MS, Claim, Run
+from ..states import Outcome
 
 __all__ = ["Backups"]
 

@@ -18,7 +18,7 @@ import threading
 from concurrent.futures import Executor, Future
 from typing import Any, Callable, List, Set
 
-from .events import log
+from ..events import log
 
 __all__ = ["ClaimPool"]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from .clock import StoreClock
-from .jobs import Job
-from .retry import call_until
-from .stores.base import Store
+from ..jobs import Job
+from .store_calls import call_until
+from ..stores.base import Store
 
 __all__ = ["recover"]
 

@@ -1,30 +1,30 @@
 """The engine: one started session of a :class:`~leasecron.LeaseCron`, in threads.
 
-* **one scheduler thread** (:mod:`leasecron.scheduler`) holds a heap of what is
+* **one scheduler thread** (:mod:`leasecron.engine.scheduler`) holds a heap of what is
   due on the store's clock: each job's next slot (plus its jitter), each
   backup's next check, each live run's lease deadline. It never waits on the
   store: it hands every store call to
 * **the claim pool** (the backup pollers): a few threads that send claims —
-  scheduled, catch-up, takeover and manual (:mod:`leasecron.claims`) — and
+  scheduled, catch-up, takeover and manual (:mod:`leasecron.engine.claims`) — and
   act on the outcome, and
   poll the store for requests of manual runs every ``poll_ms``
-  (:mod:`leasecron.manual_runs`);
+  (:mod:`leasecron.engine.polling`);
 * **for each live run a run thread, and a heartbeat loop once it has run for
-  a heartbeat** (:mod:`leasecron.live`), on worker threads that are reused
-  from run to run and exit when idle (:mod:`leasecron.workers`).
+  a heartbeat** (:mod:`leasecron.engine.live`), on worker threads that are reused
+  from run to run and exit when idle (:mod:`leasecron.engine.workers`).
 
 Claims are sent, gathered into batches where many fall due at once, and acted
-on in :mod:`leasecron.claims`: ``won`` starts a live run here, ``running`` makes
-this instance a backup of the run (:mod:`leasecron.backups`), re-checked with a
+on in :mod:`leasecron.engine.claims`: ``won`` starts a live run here, ``running`` makes
+this instance a backup of the run (:mod:`leasecron.engine.backups`), re-checked with a
 takeover claim until the run ends or is won. ``remove(job)`` stops all of it
 for a job; its live runs end as usual.
 
-On start, each job is recovered (catch-up, :mod:`leasecron.catch_up`): its
+On start, each job is recovered (catch-up, :mod:`leasecron.engine.catch_up`): its
 unfinished runs are backed up or taken over, and the latest slot, if it was
 due less than ``catch_up_ms`` ago, is claimed after a jitter with reason
 ``catch-up``. A store that cannot be used at start (down, refusing the
 credentials) does not stop the instance: the recovery, and the reading of
-the store's clock (:class:`~leasecron.clock.ClockSync`), are tried again
+the store's clock (:class:`~leasecron.engine.clock.ClockSync`), are tried again
 with a backoff (``BOOT_RETRY_MS``) until the store answers.
 """
 
@@ -37,20 +37,20 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .clock import ClockSync, StoreClock
-from .controls import ManualRequest
-from .errors import StoreError, StoreUnavailable
-from .events import Emitter, SlotText, error_text, log
-from .jobs import Job
+from ..controls import ManualRequest
+from ..errors import StoreError, StoreUnavailable
+from ..events import Emitter, SlotText, error_text, log
+from ..jobs import Job
 from .backups import Backups
 from .catch_up import recover
 from .live import LiveRun, RunSupport
-from .manual_runs import RequestPoller
+from .polling import RequestPoller
 from .claims import Claims
-from .pool import ClaimPool
-from .runs import Run
+from .claim_pool import ClaimPool
+from ..runs import Run
 from .scheduler import Scheduler
-from .states import AbortReason, Reason
-from .stores import Store
+from ..states import AbortReason, Reason
+from ..stores import Store
 from .workers import Workers
 
 __all__ = ["Engine"]
@@ -66,13 +66,13 @@ BOOT_RETRY_MS = (500, 30_000)
 class Engine:
     """The threads, live runs and backed-up runs of one ``start()`` … ``stop()``.
 
-    ``scheduler`` (default: a :class:`~leasecron.scheduler.Scheduler` on
-    ``clock``), ``workers`` (default: :class:`~leasecron.workers.Workers`)
+    ``scheduler`` (default: a :class:`~leasecron.engine.scheduler.Scheduler` on
+    ``clock``), ``workers`` (default: :class:`~leasecron.engine.workers.Workers`)
     and ``claims`` (default: ``claim_threads`` threads, the claim pool's
     executor) are the engine's from then on: :meth:`stop` stops them. Every
     time is read through ``clock``. So a test can drive an engine in one
     thread, without waiting: a clock of its own, a scheduler it steps
-    (:meth:`~leasecron.scheduler.Scheduler.run_due`) after :meth:`boot`,
+    (:meth:`~leasecron.engine.scheduler.Scheduler.run_due`) after :meth:`boot`,
     and workers and an executor that run each task at once. ``poll_ms``:
     how often it asks the store for requests of manual runs.
     """
@@ -311,5 +311,5 @@ class Engine:
         return random.uniform(0, job.options.jitter_ms)
 
     def _resync_clock(self) -> None:
-        """Read the store's clock again, and plan the reading after (:class:`~leasecron.clock.ClockSync`)."""
+        """Read the store's clock again, and plan the reading after (:class:`~leasecron.engine.clock.ClockSync`)."""
         self._scheduler.call_later(self._clock_sync.again(), self._pool.submit, self._resync_clock)

@@ -18,26 +18,20 @@ store's clock is corrected (the store's clock stepped, and was read again):
   a runner cut off from its store would run on past its lease.
 
 Both kinds of time are read through the instance's
-:class:`~leasecron.clock.StoreClock`. :meth:`Scheduler.run_due` runs what is
+:class:`~leasecron.engine.clock.StoreClock`. :meth:`Scheduler.run_due` runs what is
 due at a given time in the caller's thread, as the thread does when it wakes:
 a test steps an instance with it instead of waiting on the wall clock.
-
-``leasecron.scheduler`` used to hold :class:`~leasecron.LeaseCron` (now in
-:mod:`leasecron.cron`): ``from leasecron.scheduler import LeaseCron`` still
-works, with a :class:`DeprecationWarning`.
 """
 
 from __future__ import annotations
 
 import heapq
-import importlib
 import itertools
 import threading
-import warnings
 from typing import Any, Callable, List, Optional, Tuple
 
 from .clock import StoreClock
-from .events import log
+from ..events import log
 
 __all__ = ["Scheduler"]
 
@@ -166,18 +160,3 @@ class Scheduler:
             log.exception("leasecron: scheduler task %r failed", fn)
             self._on_error(exc)
 
-
-#: The names this module held before 0.2 and where they are now: imported on first use, as an
-#: attribute, so that this module imports nothing of the one that uses it.
-_MOVED = {"LeaseCron": "leasecron.cron", "default_runner": "leasecron.cron"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        warnings.warn(
-            f"leasecron.scheduler.{name} moved to {_MOVED[name]}.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

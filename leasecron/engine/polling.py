@@ -24,12 +24,13 @@ from __future__ import annotations
 import threading
 from typing import Callable, List, Optional, Set, Tuple
 
-from .controls import ManualRequest
-from .events import log
-from .jobs import Job
+from ..controls import ManualRequest
+from ..events import log
+from ..jobs import Job
 from .live import Timers
-from .runs import LATE_TOLERANCE_MS, Claim, Reason
-from .stores.base import Store
+from ..runs import LATE_TOLERANCE_MS, Claim
+from ..states import Reason
+from ..stores.base import Store
 
 __all__ = ["RequestPoller", "SendClaim"]
 

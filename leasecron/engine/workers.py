@@ -24,7 +24,7 @@ import queue
 import threading
 from typing import Callable, Optional, Tuple
 
-from .events import log
+from ..events import log
 
 __all__ = ["Workers", "IDLE_S", "IDLE_NAME"]
 
