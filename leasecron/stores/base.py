@@ -160,6 +160,13 @@ class Store(StoreReads):
         request = ClaimRequest(
             job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
         )
+        return self.claim_one(request)
+
+    def claim_one(self, request: ClaimRequest) -> Claim:
+        """:meth:`claim`, its arguments given as one :class:`ClaimRequest` (the shape
+        :meth:`claim_many` takes them in): the engine builds a claim once and sends it so."""
+        if not isinstance(request, ClaimRequest):
+            raise ConfigError(f"request must be a ClaimRequest, not {shown(request)}")
         check_claim(request)
         return self._claim(request)
 
