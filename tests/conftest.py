@@ -22,9 +22,7 @@ import pytest
 import leasecron
 from leasecron.stores import MemoryStore, Store
 from tests import servers
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
+from tests.ci import skip_or_fail
 
 class Backend:
     """Opens stores of one kind that share the namespace of one test."""
@@ -240,9 +238,7 @@ def selected_items(request: pytest.FixtureRequest, test: str) -> List[pytest.Ite
 
 def unavailable(message: str) -> NoReturn:
     """A backend cannot be reached: a failure in CI, a skip elsewhere."""
-    if IN_CI:
-        pytest.fail(f"{message} (CI=true: a backend that cannot be reached fails)")
-    pytest.skip(message)
+    skip_or_fail(message, " (CI=true: a backend that cannot be reached fails)")
 
 
 class _RedisLikeBackend(Backend):

@@ -19,7 +19,7 @@ from typing import List
 
 import pytest
 
-from tests.conftest import IN_CI
+from tests.ci import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,10 +31,8 @@ def _require(module: str) -> None:
     """Skip (locally) or fail (in CI) when ``module`` is not installed in this interpreter."""
     if importlib.util.find_spec(module) is not None:
         return
-    message = f"{module} is not installed (pip install -e '.[test]' installs it)"
-    if IN_CI:
-        pytest.fail(f"{message}; CI=true: a missing quality tool fails")
-    pytest.skip(message)
+    skip_or_fail(f"{module} is not installed (pip install -e '.[test]' installs it)",
+                 "; CI=true: a missing quality tool fails")
 
 
 def _run(args: List[str]) -> subprocess.CompletedProcess[str]:

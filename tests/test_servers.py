@@ -7,16 +7,14 @@ them in CI (``CI=true``), like an unreachable backend in ``conftest.py``.
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 from typing import List
 
 import pytest
 import redis
 
+from tests.ci import skip_or_fail
 from tests.servers import Cluster, Server, free_port, reachable, server_binary
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def require_binary(*kinds: str) -> str:
@@ -25,10 +23,7 @@ def require_binary(*kinds: str) -> str:
         binary = server_binary(kind)
         if binary:
             return binary
-    message = f"no server binary found for {' or '.join(kinds)}"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    skip_or_fail(f"no server binary found for {' or '.join(kinds)}")
 
 
 def test_free_port_is_bindable_on_loopback() -> None:

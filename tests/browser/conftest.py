@@ -27,17 +27,17 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, NoReturn, Optional
 
 import pytest
 
 import leasecron
+from tests.ci import skip_or_fail
 from tests.cli_support import Process, environment
 
 if TYPE_CHECKING:  # selenium is imported when a test needs the browser (it may be missing)
     from selenium.webdriver.remote.webdriver import WebDriver
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 #: The browser's zone: UTC+05:30 all year (no daylight saving time).
@@ -105,11 +105,9 @@ def exports(ctx):
 '''
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip the test with ``reason``, or fail it in CI, where the browser must be there."""
-    if IN_CI:
-        pytest.fail(f"{reason} (CI installs chromium and chromium-driver in .ci/run)")
-    pytest.skip(reason)
+    skip_or_fail(reason, " (CI installs chromium and chromium-driver in .ci/run)")
 
 
 @pytest.fixture(scope="module")
