@@ -1,6 +1,6 @@
 """The store contract, rule by rule, against every store (the ``store`` / ``backend`` fixtures).
 
-Each rule of the store contract (numbered 1-15 in ``docs/protocol.rst`` and
+Each rule of the store contract (numbered 1-21 in ``docs/protocol.rst`` and
 in the docstrings of :class:`~leasecron.Store`) is written once here, against
 the public :class:`~leasecron.Store` API only, so a new backend joins by
 adding a ``Backend`` in ``tests/conftest.py``.
