@@ -121,7 +121,7 @@ from burstlib.host import HostSampler  # noqa: E402
 from burstlib.instance import PROFILE_ENV, REDIS_UNIT, TAIL_ENV, WARMUP_ENV, instance_main  # noqa: E402
 from burstlib.profiles import print_profiles  # noqa: E402
 from burstlib.stores import KINDS, Unavailable, open_kind  # noqa: E402
-from store_ops import exit_on_sigterm  # noqa: E402
+from speedlib.sigterm import exit_on_sigterm  # noqa: E402
 
 import leasecron  # noqa: E402
 

@@ -101,15 +101,12 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, 
 from urllib.parse import urlsplit
 
 from peerslib.child import ControlPipe, stop_on_signals
-from store_ops import (
-    CallCounter,
-    bare_round_trip,
-    exit_on_sigterm,
-    postgres_bench_store,
-    timed,
-    url_options,
-    with_option,
-)
+from speedlib.bare import bare_round_trip
+from speedlib.counting import CallCounter
+from speedlib.pg_schema import postgres_bench_store
+from speedlib.sigterm import exit_on_sigterm
+from speedlib.timing import timed
+from speedlib.urls import url_options, with_option
 
 import leasecron
 from leasecron import Claim, Context, Event, LeaseCron, Run, Store, open_store

@@ -42,7 +42,7 @@ Six systems, each process holding the same one job that fires every second:
    fires at that fraction of every second, not on the whole seconds;
 4. **leasecron on PostgreSQL** (``--pg``, default
    ``postgresql://127.0.0.1:5432/test``): a schema of its own, made and
-   dropped by ``store_ops.postgres_bench_store``;
+   dropped by ``speedlib.pg_schema.postgres_bench_store``;
 5. **APScheduler 3 on PostgreSQL**: ``SQLAlchemyJobStore(url=
    "postgresql+psycopg2://…", tablename="aps_bench_<random>")`` in that same
    schema;
@@ -218,7 +218,7 @@ from peerslib import recovery, recovery_run, report, venvs
 from peerslib.aps_process import aps_instance_main
 from peerslib.figures import compare, figures_of, print_table
 from peerslib.systems import System, open_systems, peer_versions, redis_unreachable
-from store_ops import exit_on_sigterm
+from speedlib.sigterm import exit_on_sigterm
 
 
 #: The first slot of the window comes at least this long after every process is up.

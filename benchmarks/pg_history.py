@@ -41,7 +41,10 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from store_ops import bare_round_trip, exit_on_sigterm, pg_execute, postgres_bench_store, url_options
+from speedlib.bare import bare_round_trip
+from speedlib.pg_schema import pg_execute, postgres_bench_store
+from speedlib.sigterm import exit_on_sigterm
+from speedlib.urls import url_options
 
 import leasecron
 from leasecron.stores.postgres import PostgresStore

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Tuple
 
-from store_ops import bare_round_trip
+from speedlib.bare import bare_round_trip
 
 from leasecron import SQLiteStore, __version__
 

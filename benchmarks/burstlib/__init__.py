@@ -15,7 +15,7 @@
 * :mod:`burstlib.profiles`: ``--profile``: where the instances' threads spent
   their CPU over the window, by kind of thread.
 
-Everything here imports ``fire_lag`` and ``store_ops`` from ``benchmarks/``, which is on
+Everything here imports ``fire_lag`` and ``speedlib`` from ``benchmarks/``, which is on
 ``sys.path`` when ``burst.py`` runs, and ``tests.servers`` from the repository's root, which
 ``burst.py`` puts there.
 """

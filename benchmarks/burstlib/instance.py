@@ -9,12 +9,12 @@ are set before it runs, in this process only:
   each one a round trip: a single command is one, and so is a pipeline's
   batch to one node; a new connection's set-up (redis-py's ``CLIENT SETINFO``
   commands) counts too: a burst's finishes, all at once, open more of the
-  pool's connections (``store_ops.CallCounter``, which ``fire_lag`` uses,
+  pool's connections (``speedlib.counting.CallCounter``, which ``fire_lag`` uses,
   counts the commands sent through the client's ``execute_command``, which a
   pipeline's commands never pass: a ``claim_many`` would count 0). On
   PostgreSQL (statements: every one a round trip, the store's connections
   being in autocommit) and SQLite (transactions) it is
-  ``store_ops.CallCounter`` itself;
+  ``speedlib.counting.CallCounter`` itself;
 * ``LEASECRON_BURST_WARMUP_S`` in its environment (``burst.py``'s
   ``--warmup-gap``) sets ``fire_lag.BURST_WARMUP_S``, as in the parent: how
   long before the measured slot its jobs' warm-up slot comes;
@@ -43,7 +43,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import fire_lag
-from store_ops import CallCounter
+from speedlib.counting import CallCounter
 
 from leasecron import Store
 from leasecron.stores.redis import RedisStore
@@ -61,7 +61,7 @@ REDIS_UNIT = "round trips (socket writes)"
 
 class RoundTrips:
     """What the store's calls cost at the client: round trips on Redis/Valkey (see the module's
-    docstring), as ``store_ops.CallCounter`` counts elsewhere. ``total()`` and ``unit`` as that
+    docstring), as ``speedlib.counting.CallCounter`` counts elsewhere. ``total()`` and ``unit`` as that
     class has them (all that ``fire_lag.instance_main`` asks of it)."""
 
     def __init__(self, store: Store) -> None:

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import fire_lag
 import redis
 from burstlib.host import postgres_cpu, redis_cpu
-from store_ops import url_options, with_option
+from speedlib.urls import url_options, with_option
 
 from leasecron import Store, open_store
 from tests import servers

@@ -27,7 +27,7 @@
   peers' environments asked of :mod:`peerslib.venvs`.
 
 ``peers.py`` runs all the systems' processes at once and prints the figures.
-Everything here imports ``fire_lag`` and ``store_ops`` from ``benchmarks/``,
+Everything here imports ``fire_lag`` and ``speedlib`` from ``benchmarks/``,
 which is on ``sys.path`` when ``peers.py`` runs as a script (not ``child``,
 ``aps4_process`` and ``redbeat_beat``, which run without leasecron).
 """

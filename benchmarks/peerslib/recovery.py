@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .child import ControlPipe, stop_on_signals
 from fire_lag import postgres_namespace, redis_namespace, sqlite_namespace, tell_parent
-from store_ops import with_option
+from speedlib.urls import with_option
 
 from leasecron import Context, LeaseCron, open_store
 

@@ -4,7 +4,7 @@ leasecron, APScheduler 3 and APScheduler 4 share one temporary SQLite file
 (leasecron's tables, APScheduler 3's ``aps_bench_<random>``, APScheduler 4's
 ``metadata``, ``tasks``, ``schedules``, ``jobs``, ``job_results``) and one
 PostgreSQL database: leasecron in a schema of the benchmark's own
-(``store_ops.postgres_bench_store``) with APScheduler 3's table in it, and
+(``speedlib.pg_schema.postgres_bench_store``) with APScheduler 3's table in it, and
 APScheduler 4 in a second schema of the benchmark's own (its table names
 are fixed). APScheduler 4's event broker: PostgreSQL's ``NOTIFY`` beside its
 PostgreSQL store, Redis (a channel of the run's own) beside SQLite. Every
@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 from fire_lag import postgres_namespace, sqlite_namespace
-from store_ops import url_options
+from speedlib.urls import url_options
 
 from leasecron import Store
 

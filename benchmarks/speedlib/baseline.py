@@ -11,7 +11,7 @@ runs in a process of its own (``store_ops.py --serve before|after``, with
 is checked), on a store of its own made fresh and removed at the end
 (``speedlib.namespaces``: a new SQLite file, a key prefix, a schema; a
 ``schema=`` or ``prefix=`` of the URL is replaced, and a SQLite URL's file is
-not used). Both run this version of ``store_ops.measure``: the same jobs in
+not used). Both run this version of ``speedlib.operations.measure``: the same jobs in
 their steady state, the same operations, the same counts at the client.
 
 A warm-up round of each (not counted), then ``--rounds`` rounds: in each, one
@@ -53,12 +53,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlsplit
 
-from store_ops import CallCounter, exit_on_sigterm, measure
-
 import leasecron
 from leasecron.stores import MemoryStore
 
+from .counting import CallCounter
 from .namespaces import own_store
+from .operations import measure
+from .sigterm import exit_on_sigterm
 
 ROLES = ("before", "after")
 #: The issue's target: after/before of a claim's p50, at most.

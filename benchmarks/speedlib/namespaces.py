@@ -10,10 +10,10 @@ URL:
   key under it is deleted at the end;
 * ``postgresql://``, ``postgres://``: a fresh schema ``leasecron_<name>_<pid>``
   (it replaces any ``schema=`` of the URL), made and dropped by
-  ``store_ops.postgres_bench_store``.
+  ``speedlib.pg_schema.postgres_bench_store``.
 
 The end comes also after an error, Ctrl-C, or a SIGTERM that the script
-turned into ``SystemExit`` (``store_ops.exit_on_sigterm``); a SIGKILL leaves
+turned into ``SystemExit`` (``speedlib.sigterm.exit_on_sigterm``); a SIGKILL leaves
 the namespace behind, under a name that says whose it was. The code works
 with the ``leasecron`` of the commit before issue 14 too (``speedlib.baseline``
 runs it there).
@@ -24,12 +24,13 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from typing import Iterator, Tuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-from store_ops import postgres_bench_store
+from urllib.parse import urlsplit
 
 import leasecron
 from leasecron.stores import MemoryStore, Store
+
+from .pg_schema import postgres_bench_store
+from .urls import replace_option, without_option
 
 REDIS_SCHEMES = ("redis", "rediss", "valkey", "valkeys")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -45,20 +46,6 @@ def kind_of(spec: str) -> str:
     if scheme in POSTGRES_SCHEMES:
         return "postgresql"
     raise ValueError(f"{spec!r}: give memory, sqlite (a temporary file), or a redis://, valkey:// or postgresql:// URL")
-
-
-def replace_option(url: str, key: str, value: str) -> str:
-    """``url`` with its query option ``key`` set to ``value`` (any earlier ``key`` dropped)."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != key]
-    return urlunsplit(parts._replace(query=urlencode(query + [(key, value)])))
-
-
-def without_option(url: str, key: str) -> str:
-    """``url`` without its query option ``key``."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != key]
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 @contextmanager

@@ -63,13 +63,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any, Callable, Dict, List
 
-from store_ops import CallCounter, exit_on_sigterm, pg_execute, timed
-
 import leasecron
 from leasecron import LeaseCron, Store
 from leasecron.stores import DelegatingStore, MemoryStore, SQLiteStore
 
+from .counting import CallCounter
 from .namespaces import kind_of, own_store
+from .pg_schema import pg_execute
+from .sigterm import exit_on_sigterm
+from .timing import timed
 
 #: ``scale.not_due_schedules``: n cron strings none of which falls due within a horizon (s) from now.
 Schedules = Callable[[int, float], List[str]]
@@ -136,7 +138,7 @@ for _name in COUNTED:
 
 
 def wire_counter(store: Store) -> CallCounter:
-    """What ``store`` sends, counted at the client: ``store_ops.CallCounter`` (Redis commands,
+    """What ``store`` sends, counted at the client: ``speedlib.counting.CallCounter`` (Redis commands,
     PostgreSQL statements), but every statement on SQLite, where a read begins no transaction."""
     counter = CallCounter(store)
     if isinstance(store, SQLiteStore):
