@@ -33,7 +33,6 @@ from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, shown
 from ..compat import old_names_of
 from ..runs import Claim
-from ..states import Reason
 from .claim_request import ClaimRequest
 from ..limits import check_int, check_job_name
 from .checks import check_actor, check_claim, check_finish, check_heartbeat, check_note, check_token
@@ -71,12 +70,12 @@ class Store(StoreReads):
         slot_ms: int,
         *,
         runner: str,
-        reason: str = Reason.SCHEDULE,
-        lease_ms: int = 30_000,
-        max_attempts: int = 3,
-        max_late_ms: int = 30_000,
-        overlap: str = "skip",
-        history_size: int = 100,
+        reason: str = ClaimRequest.reason,
+        lease_ms: int = ClaimRequest.lease_ms,
+        max_attempts: int = ClaimRequest.max_attempts,
+        max_late_ms: int = ClaimRequest.max_late_ms,
+        overlap: str = ClaimRequest.overlap,
+        history_size: int = ClaimRequest.history_size,
         token: Optional[str] = None,
     ) -> Claim:
         """Ask to run ``job``'s slot ``slot_ms``; decided atomically at ``now``.
@@ -250,7 +249,7 @@ class Store(StoreReads):
         check_actor(by)
         return self._resume(job, by)
 
-    def request_run(self, job: str, *, by: str, max_late_ms: int = 30_000) -> ManualRequest:
+    def request_run(self, job: str, *, by: str, max_late_ms: int = ClaimRequest.max_late_ms) -> ManualRequest:
         """Ask for one manual run of ``job`` now; returns the request (its ``slot_ms``).
 
         19. Atomic, on the store's clock: the request's slot is ``now``, or

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from ..options import DEFAULTS
 from ..states import Reason
 
 __all__ = ["ClaimRequest"]
@@ -12,17 +13,18 @@ __all__ = ["ClaimRequest"]
 
 @dataclasses.dataclass(frozen=True)
 class ClaimRequest:
-    """The arguments of one claim: what :meth:`Store._claim <leasecron.Store._claim>` decides
-    on, and what :meth:`~leasecron.Store.claim_many` takes, one per claim. Each field is the
-    argument of :meth:`~leasecron.Store.claim` of the same name, with the same default."""
+    """The arguments of one claim: what :meth:`Store._claim <leasecron.Store._claim>` decides on,
+    and what :meth:`~leasecron.Store.claim_one` takes (:meth:`~leasecron.Store.claim_many`, one per
+    claim). Each field is the argument of :meth:`~leasecron.Store.claim` of the same name, with the
+    same default: the job option's default (:data:`leasecron.options.DEFAULTS`), written there only."""
 
     job: str
     slot_ms: int
     runner: str
     reason: str = Reason.SCHEDULE
-    lease_ms: int = 30_000
-    max_attempts: int = 3
-    max_late_ms: int = 30_000
-    overlap: str = "skip"
-    history_size: int = 100
+    lease_ms: int = DEFAULTS["lease_ms"]
+    max_attempts: int = DEFAULTS["max_attempts"]
+    max_late_ms: int = DEFAULTS["max_late_ms"]
+    overlap: str = DEFAULTS["overlap"]
+    history_size: int = DEFAULTS["history_size"]
     token: Optional[str] = None
