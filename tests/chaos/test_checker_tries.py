@@ -11,20 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import pytest
 
 
-from .sim import TIMED_OUT, Sim, assert_clean, assert_violates, clean_run, ns
+from .sim import TIMED_OUT, Sim, assert_clean, assert_violates, ns, start
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def start(tmp_path: Path) -> Tuple[Sim, SimpleNamespace]:
-    """The clean run, to break."""
-    sim = Sim(tmp_path)
-    return sim, clean_run(sim)
 
 
 def drop(sim: Sim, runner: str, lines: List[Dict[str, Any]]) -> None:
