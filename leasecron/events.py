@@ -71,11 +71,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from datetime import datetime
 from typing import Callable, Dict, List, Optional
 
 from .errors import ConfigError
+from .formatting import SlotText, slot_text
 from .runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
 from .states import Outcome, Reason
 
@@ -178,6 +178,11 @@ class Emitter:
             name, run.job, run.slot_ms, attempt=run.attempt, reason=reason, error=error, run=run, try_number=try_number
         )
 
+    def task_failed(self, exc: BaseException) -> None:
+        """Emit ``error`` for a task of the instance that raised ``exc`` (a scheduled call, a
+        store call of its own): the error event of no job."""
+        self.emit("error", None, None, error=error_text(exc))
+
 
 def error_text(exc: BaseException) -> str:
     """The text of an error, as a failed run records it and an ``error`` event carries it:
@@ -196,31 +201,7 @@ def error_text(exc: BaseException) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:_MAX_ERROR_CHARS]
 
 
-# -- how the log shows things -------------------------------------------------------------
-
-
-def slot_text(slot_ms: int) -> str:
-    """A slot as the log shows it: ``2026-11-30T05:00:00Z`` (UTC; milliseconds only when it has some)."""
-    seconds, millis = divmod(slot_ms, 1000)
-    try:
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-    except (OverflowError, ValueError, OSError):  # beyond what the C library can show
-        return f"{slot_ms} ms"
-    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
-
-
-class SlotText:
-    """A lazy log argument: :func:`slot_text` of ``slot_ms``, formatted only if the line is emitted."""
-
-    __slots__ = ("slot_ms",)
-
-    def __init__(self, slot_ms: int) -> None:
-        self.slot_ms = slot_ms
-
-    def __str__(self) -> str:
-        return slot_text(self.slot_ms)
-
-    __repr__ = __str__
+# -- how the log shows a claim's answer ----------------------------------------------------
 
 
 class ClaimText:

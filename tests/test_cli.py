@@ -19,7 +19,7 @@ import pytest
 
 import leasecron
 from leasecron.cli import commands
-from leasecron.cli.tables import utc_time
+from leasecron.formatting import utc_time
 from leasecron.stores import Store
 
 from .at_once import StartedAtOnce, wait_or_fail

@@ -20,7 +20,7 @@ import leasecron
 from leasecron import LeaseCron, MemoryStore, Store
 from leasecron.cli import commands
 from leasecron.cli.show import parse_slot
-from leasecron.cli.tables import attempt_chain, utc_time
+from leasecron.formatting import attempt_chain, utc_time
 from leasecron.controls import JobState
 from leasecron.runs import Attempt, Run
 from leasecron.stores.delegating import DelegatingStore

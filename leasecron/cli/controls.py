@@ -37,11 +37,11 @@ from typing import Callable, Collection, Iterator, List, Optional
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
+from ..formatting import attempt_chain, format_duration, utc_time
 from ..runs import Run
 from ..states import RequestState, Status
 from ..stores import Store, open_store
 from .commands import CommandError, reading
-from .tables import attempt_chain, format_duration, utc_time
 
 __all__ = [
     "DEFAULT_WAIT_S",

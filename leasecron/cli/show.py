@@ -20,8 +20,9 @@ from ..errors import ConfigError
 from ..runs import MAX_ATTEMPTS_KEPT, Attempt, Run
 from ..states import AttemptOutcome
 from ..stores import Store, open_store
+from ..formatting import format_duration, lease_left, local_time, short_error, utc_time
 from .commands import CommandError, reading
-from .tables import format_duration, format_table, lease_left, local_time, short_error, utc_time
+from .tables import format_table
 
 __all__ = ["ATTEMPT_HEADERS", "cmd_show", "parse_slot", "run_lines", "show_output"]
 

@@ -3,45 +3,44 @@ a glance.
 
 Each ``*_lines`` function turns data already read from a store into the lines
 to print; it reads nothing itself, so the ``leasecron`` command and the
-``flask leasecron`` group print the same tables. Times come in two forms: a
-slot as a date and time (the ``runs`` table in this host's local zone *and* in
-UTC, the ``jobs`` table in UTC), and a moment near now as a distance ("in 4m
-12s", "3.2 s ago"), which is what a person looking at a live cluster wants.
-A run's attempts read as a chain, ``1 web-1 expired → 2 web-2 success``.
+``flask leasecron`` group print the same tables. A slot shows as a date and
+time (the ``runs`` table in this host's local zone *and* in UTC, the ``jobs``
+table in UTC), a moment near now as a distance ("in 4m 12s", "3.2 s ago"):
+the forms of :mod:`leasecron.formatting`, which the dashboard shows too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from datetime import datetime, timezone
 from typing import Dict, List, Optional, Sequence
 
 from ..controls import JobState, ManualRequest
+from ..formatting import (
+    attempt_chain,
+    format_duration,
+    format_schedule,
+    lease_left,
+    local_time,
+    short_error,
+    utc_text,
+    utc_time,
+)
 from ..options import JobOptions
 from ..runs import Run
+from ..schedules import Schedule
 from ..states import Status
-from ..schedules import CronSchedule, IntervalSchedule, Schedule
 
 __all__ = [
-    "CHAIN_SHOWN",
-    "ERROR_WIDTH",
     "JobRow",
-    "attempt_chain",
     "format_table",
-    "format_duration",
-    "format_schedule",
     "job_dict",
     "jobs_lines",
-    "local_time",
+    "limit_lines",
     "request_line",
     "runs_lines",
     "state_lines",
-    "utc_time",
 ]
-
-#: How many characters of a run's error the ``runs`` table shows (``--json`` has all of it).
-ERROR_WIDTH = 40
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> List[str]:
@@ -61,57 +60,12 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: s
     return [line(headers), line(["-" * w for w in widths])] + [line(row) for row in rows]
 
 
-# -- times ---------------------------------------------------------------------------------
-
-
-def utc_time(ms: int, with_ms: bool = False) -> str:
-    """``YYYY-MM-DD HH:MM:SS`` (and ``.mmm`` when asked) of an epoch-ms time, in UTC."""
-    text = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    return f"{text}.{ms % 1000:03d}" if with_ms else text
-
-
-def local_time(ms: int, with_ms: bool = False) -> str:
-    """The same in this host's local time zone, followed by the zone's abbreviation (``CEST``)."""
-    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone()
-    text = moment.strftime("%Y-%m-%d %H:%M:%S")
-    if with_ms:
-        text += f".{ms % 1000:03d}"
-    return f"{text} {moment.tzname() or moment.strftime('%z')}"
-
-
-def format_duration(ms: int) -> str:
-    """A length of time for a person: ``250 ms``, ``4.2 s``, ``5m 03s``, ``2h 05m``, ``3d 04h``."""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    seconds = ms // 1000
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    if seconds < 86_400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86_400}d {seconds % 86_400 // 3600:02d}h"
-
-
-def format_schedule(schedule: Schedule) -> str:
-    """A job's schedule as its user wrote it: the cron string (and zone), or ``every 5m 00s``."""
-    if isinstance(schedule, CronSchedule):
-        return schedule.expression if schedule.tz == "UTC" else f"{schedule.expression} ({schedule.tz})"
-    if isinstance(schedule, IntervalSchedule):
-        return f"every {format_duration(schedule.interval_ms)}"
-    return repr(schedule)
-
-
 # -- runs ------------------------------------------------------------------------------------
 
 RUNS_HEADERS = [
     "job", "slot (local)", "slot (UTC)", "attempt", "runner", "status", "lease left", "handed over", "attempts",
     "error",
 ]  # fmt: skip
-
-#: How many steps of a run's attempt chain the ``runs`` table shows (``show`` and ``--json`` have all).
-CHAIN_SHOWN = 4
 
 
 def runs_lines(runs: Sequence[Run], now_ms: int, where: str) -> List[str]:
@@ -140,46 +94,6 @@ def runs_lines(runs: Sequence[Run], now_ms: int, where: str) -> List[str]:
     lines.append("")
     lines.append(f"{len(runs)} run(s) of {jobs} job(s), newest slot first, in {where}; local time is {_zone()}")
     return lines
-
-
-def lease_left(run: Run, now_ms: int) -> str:
-    """How long the lease of a running run lasts on the store's clock; ``released``, ``expired`` or ``-``."""
-    if run.status != Status.RUNNING:
-        return "-"
-    left = run.lease_end_ms - now_ms
-    if left > 0:
-        return format_duration(left)
-    return "released" if run.handed_over else "expired"
-
-
-def attempt_chain(run: Run, shown: int = CHAIN_SHOWN) -> str:
-    """The run's attempts, oldest first, as ``1 web-1 expired → 2 web-2 success``.
-
-    Of a longer chain than ``shown`` steps, the first and the newest ones, with
-    ``(N more)`` between. ``->`` stands for the arrow where stdout cannot encode it.
-    """
-    steps = [f"{a.number} {a.runner} {a.outcome}" for a in run.attempts]
-    if not steps:  # a store of the user's own that records no attempts
-        steps = [f"{run.attempt} {run.runner} {run.status}"]
-    if len(steps) > shown:
-        steps = steps[:1] + [f"({len(steps) - shown + 1} more)"] + steps[len(steps) - shown + 2 :]
-    return f" {_arrow()} ".join(steps)
-
-
-def _arrow() -> str:
-    try:
-        "→".encode(getattr(sys.stdout, "encoding", None) or "ascii")
-    except (LookupError, UnicodeEncodeError):
-        return "->"
-    return "→"
-
-
-def short_error(error: Optional[str], width: int = ERROR_WIDTH) -> str:
-    """An error on one line, cut to ``width`` characters (``...`` marks the cut); ``-`` for none."""
-    if not error:
-        return "-"
-    text = " ".join(error.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _zone() -> str:
@@ -238,11 +152,11 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
                 "yes" if paused else "no",
                 schedule,
                 f"{row.stored}+" if row.capped else str(row.stored),
-                utc_time(last.slot_ms, bool(last.slot_ms % 1000)) if last else "never",
+                utc_text(last.slot_ms) if last else "never",
                 last.status if last else "-",
                 last.runner if last else "-",
                 _finished(last, now_ms),
-                utc_time(row.next_ms, bool(row.next_ms % 1000)) if row.next_ms is not None else "-",
+                utc_text(row.next_ms) if row.next_ms is not None else "-",
                 upcoming,
                 str(len(row.state.pending)) if row.state is not None else "0",
             ]

@@ -19,7 +19,7 @@ import leasecron
 from leasecron import ConfigError, Context, MemoryStore, Store
 from leasecron.contrib.flask import CONFIG_KEYS, LeaseCronExtension
 from leasecron.options import JobOptions
-from leasecron.cli.tables import utc_time
+from leasecron.formatting import utc_time
 from tests.cli_support import Process, copy_example, environment, parse_table, run
 from tests.docs.readme_examples import README, readme_examples
 from tests.conftest import BACKENDS, Backend

@@ -32,7 +32,10 @@ serve one dashboard. Job names and error texts are escaped everywhere
 shown: the pages name the store by its ``repr``, which hides it.
 
 Flask comes with the ``dashboard`` extra (``pip install 'leasecron[dashboard]'``);
-nothing outside :mod:`leasecron.contrib` imports this package.
+the core of leasecron never imports this package, only the ``leasecron dashboard``
+command that serves it does. The arrow goes one way: the pages show times and
+runs with :mod:`leasecron.formatting`, as the command line does, and import
+nothing of :mod:`leasecron.cli`.
 """
 
 from __future__ import annotations

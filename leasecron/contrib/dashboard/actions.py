@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ...cli.tables import format_duration, utc_time
+from ...formatting import format_duration, utc_time
 from ...options import DEFAULTS
 from .settings import DashboardError, Settings
 

@@ -13,8 +13,8 @@ pages before the runs are read.
 
 A job's page is three calls (``now_ms``, ``job_state``, ``runs``) and a
 run's page two (``now_ms``, ``get_run``). Everything here is plain data:
-the views render it as HTML (:mod:`.views`) or JSON (:mod:`.api`), with the
-formatting of the command line's tables (:mod:`leasecron.cli.tables`).
+the views render it as HTML (:mod:`.views`) or JSON (:mod:`.api`), times and
+durations as the command line shows them (:mod:`leasecron.formatting`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...controls import JobState
 from ...cron import LeaseCron
+from ...formatting import format_schedule
 from ...runs import Attempt, Run
 from ...states import AttemptOutcome, Status
 from ...stores import Store
-from ...cli.tables import format_schedule
 from .settings import DashboardError
 
 __all__ = [

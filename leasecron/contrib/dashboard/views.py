@@ -14,13 +14,12 @@ this dashboard only), where a flash message says what was done.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from flask import Blueprint, Response, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
-from ...cli.tables import format_duration, lease_left, short_error, utc_time
+from ...formatting import format_duration, lease_left, short_error, slot_text, utc_text
 from ...runs import Run
 from .actions import ACTIONS, act, check_writable
 from .links import JOB, job_of, job_url
@@ -69,18 +68,6 @@ def here() -> str:
     return f"{path}?{query}" if query else path
 
 
-def iso(ms: int) -> str:
-    """An epoch-ms time as ``2026-12-02T10:00:00Z`` (with ``.123`` when it has milliseconds)."""
-    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"
-
-
-def utc(ms: int) -> str:
-    """An epoch-ms time as ``2026-12-02 10:00:00`` (UTC; with ``.123`` when it has milliseconds)."""
-    return utc_time(ms, bool(ms % 1000))
-
-
 def run_links(job: str) -> Callable[[int], str]:
     """``slot_ms`` → the URL of ``job``'s run page at that slot: one :func:`job_url` for all the
     runs of a job (a page of 50 jobs links 1,500 runs)."""
@@ -96,10 +83,11 @@ def run_fields(run: Run) -> List[Tuple[str, Any]]:
     return [(f.name, getattr(run, f.name)) for f in dataclasses.fields(run) if f.name != "attempts"]
 
 
-#: What every template may call.
+#: What every template may call: ``iso`` a time as ``2026-12-02T10:00:00Z`` (for ``<time>``),
+#: ``utc`` as ``2026-12-02 10:00:00`` (each with ``.123`` when it has milliseconds).
 HELPERS: Dict[str, Any] = {
-    "iso": iso,
-    "utc": utc,
+    "iso": slot_text,
+    "utc": utc_text,
     "duration": format_duration,
     "lease_left": lease_left,
     "short_error": short_error,
@@ -165,7 +153,7 @@ def add_pages(bp: Blueprint, settings: Settings) -> None:
         now_ms = store.now_ms()
         found = store.get_run(name, slot_ms)
         if found is None:
-            raise DashboardError(404, f"job {name!r} has no stored run at slot {slot_ms} ({utc(slot_ms)} UTC)")
+            raise DashboardError(404, f"job {name!r} has no stored run at slot {slot_ms} ({utc_text(slot_ms)} UTC)")
         return page(settings, "run.html", run=found, now_ms=now_ms)
 
     bp.add_url_rule("/", "jobs", jobs)
