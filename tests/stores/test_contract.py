@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import pytest
 
@@ -64,6 +64,12 @@ def kill(store: Store, run: Run) -> Run:
 def recent(store: Store, ago_ms: int = 1_000) -> int:
     """A slot ``ago_ms`` before the store's now."""
     return store.now_ms() - ago_ms
+
+
+def running_then_next_slot(store: Store) -> Tuple[int, Run, int]:
+    """A run won for a slot 2 s ago with a long lease, and the job's next slot: (its slot, the run, the next slot)."""
+    s1 = recent(store, 2_000)
+    return s1, win(store, s1, lease_ms=LONG), s1 + 1_000
 
 
 def stored(store: Store, job: str, slot_ms: int) -> Run:
@@ -261,9 +267,7 @@ def test_claim_older_than_the_newest_run_is_late(store: Store, overlap: str) -> 
 
 def test_overlap_skip_refuses_new_slot_while_earlier_lease_is_alive(store: Store) -> None:
     """With overlap="skip", a new slot is refused while an earlier run's lease is alive; run is that earlier run."""
-    s1 = recent(store, 2_000)
-    earlier = win(store, s1, lease_ms=LONG)
-    s2 = s1 + 1_000
+    s1, earlier, s2 = running_then_next_slot(store)
     result = claim(store, s2, runner="r2", overlap="skip")
     assert result.outcome == "overlap"
     assert result.run == earlier
@@ -273,9 +277,7 @@ def test_overlap_skip_refuses_new_slot_while_earlier_lease_is_alive(store: Store
 
 def test_overlap_allow_wins_while_earlier_run_is_alive(store: Store) -> None:
     """With overlap="allow", a new slot wins while an earlier run's lease is alive, and the earlier keeps running."""
-    s1 = recent(store, 2_000)
-    earlier = win(store, s1, lease_ms=LONG)
-    s2 = s1 + 1_000
+    s1, earlier, s2 = running_then_next_slot(store)
     newer = win(store, s2, runner="r2", overlap="allow")
     assert newer.attempt == 1 and newer.runner == "r2"
     assert stored(store, JOB, s1) == earlier
@@ -320,9 +322,7 @@ def test_backup_first_takes_over_then_next_slot_overlaps(store: Store) -> None:
 
 def test_expired_run_with_a_newer_run_is_interrupted_by_takeover(store: Store) -> None:
     """A takeover claim for an expired run whose job has a newer run answers done and marks it interrupted."""
-    s1 = recent(store, 2_000)
-    old = win(store, s1, lease_ms=LONG)
-    s2 = s1 + 1_000
+    s1, old, s2 = running_then_next_slot(store)
     newer = win(store, s2, runner="r2", overlap="allow", lease_ms=LONG)
     assert stored(store, JOB, s1).status == "running"
     dead = kill(store, old)
@@ -341,9 +341,7 @@ def test_expired_run_with_a_newer_run_is_interrupted_by_takeover(store: Store) -
 
 def test_expired_run_with_a_newer_finished_run_is_interrupted_by_takeover(store: Store) -> None:
     """A newer run blocks the takeover of an expired older run even once that newer run has finished."""
-    s1 = recent(store, 2_000)
-    old = win(store, s1, lease_ms=LONG)
-    s2 = s1 + 1_000
+    s1, old, s2 = running_then_next_slot(store)
     newer = win(store, s2, runner="r2", overlap="allow")
     assert store.finish(JOB, s2, newer.token, "success")
     kill(store, old)

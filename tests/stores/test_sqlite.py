@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 import pytest
@@ -407,32 +407,39 @@ def test_claim_waits_for_the_write_lock_within_busy_timeout(db: Path) -> None:
         store.close()
 
 
+def _claims_behind_a_held_lock(db: Path, store: leasecron.Store, slot: Callable[[], int]) -> List[float]:
+    """Four threads each claim ``slot()`` on ``store`` while another connection holds the write lock:
+    how long each waited before it gave up (every one must give up)."""
+    locker = _Locker(db)
+    waits: List[Any] = []
+
+    def claim() -> None:
+        started = time.monotonic()
+        try:
+            store.claim(JOB, slot(), runner=threading.current_thread().name)
+            waits.append("claimed while the lock was held")
+        except leasecron.StoreUnavailable:
+            waits.append(time.monotonic() - started)
+
+    try:
+        threads = [threading.Thread(target=claim, name=f"t{i}") for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+    finally:
+        locker.release()
+    assert len(waits) == 4 and all(isinstance(w, float) for w in waits), waits
+    return waits
+
+
 def test_threads_waiting_for_the_write_lock_each_give_up_within_the_busy_timeout(db: Path) -> None:
     """The threads of one process queue for the write lock, but none waits past its own busy timeout."""
     store = leasecron.open_store(_url(db, busy_timeout_ms="500"))
     try:
         slot = store.now_ms() - 1_000
         assert store.get_run(JOB, slot) is None
-        locker = _Locker(db)
-        waits: List[Any] = []
-
-        def claim() -> None:
-            started = time.monotonic()
-            try:
-                store.claim(JOB, slot, runner=threading.current_thread().name)
-                waits.append("claimed while the lock was held")
-            except leasecron.StoreUnavailable:
-                waits.append(time.monotonic() - started)
-
-        try:
-            threads = [threading.Thread(target=claim, name=f"t{i}") for i in range(4)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=10)
-        finally:
-            locker.release()
-        assert len(waits) == 4 and all(isinstance(w, float) for w in waits), waits
+        waits = _claims_behind_a_held_lock(db, store, lambda: slot)
         # Four waits of 0.5 s one after the other would end near 2 s.
         assert all(0.45 <= w < 1.5 for w in waits), waits
         assert store.claim(JOB, slot, runner="after").won
@@ -447,27 +454,8 @@ def test_a_fresh_store_whose_schema_step_meets_a_held_lock_gives_up_within_the_b
     queued behind it on the pool's lock, one busy timeout after the other)."""
     leasecron.open_store(_url(db)).close()  # the file and its schema exist
     store = leasecron.open_store(_url(db, busy_timeout_ms="400"))  # a new process's first use
-    locker = _Locker(db)
-    waits: List[Any] = []
-
-    def first_call() -> None:
-        started = time.monotonic()
-        try:
-            store.claim(JOB, store.now_ms() - 1_000, runner=threading.current_thread().name)
-            waits.append("claimed while the lock was held")
-        except leasecron.StoreUnavailable:
-            waits.append(time.monotonic() - started)
-
     try:
-        threads = [threading.Thread(target=first_call, name=f"t{i}") for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=10)
-    finally:
-        locker.release()
-    try:
-        assert len(waits) == 4 and all(isinstance(w, float) for w in waits), waits
+        waits = _claims_behind_a_held_lock(db, store, lambda: store.now_ms() - 1_000)  # each thread's first call
         # Four waits of 0.4 s one after the other would end near 1.6 s.
         assert all(w < 1.0 for w in waits), waits
         assert store.claim(JOB, store.now_ms() - 1_000, runner="after").won
