@@ -28,20 +28,8 @@ from tests.docs.readme_examples import shown_examples
 from tests.conftest import Backend
 from tests.engine import conftest as engine_conftest
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import (
-    CATCH_UP_HOUR,
-    FAST,
-    HEARTBEAT,
-    HOURLY,
-    LEASE,
-    MARGIN,
-    Calls,
-    Recorder,
-    dead_claim,
-    handler,
-    latest_hourly_slot,
-    stored,
-)
+from tests.engine.support import CATCH_UP_HOUR, FAST, HEARTBEAT, HOURLY, LEASE, MARGIN, Calls, Recorder, dead_claim
+from tests.engine.support import fence, handler, latest_hourly_slot, stored, waiting_on_its_signal
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,15 +216,11 @@ def test_a_fenced_lease_counts_as_lost(make_cron: MakeCron, backend: Backend) ->
     runs_total{outcome="lost"} count it."""
     registry = CollectorRegistry()
     a = make_cron("a", catch_up_ms=CATCH_UP_HOUR)
-    rec = Recorder(a)
-    calls = Calls()
-    a.add_job(handler(a.store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name="job")
+    rec, calls = waiting_on_its_signal(a)
     instrument(a, registry=registry)
     a.start()
     ctx = calls.wait(1, timeout=3)[0]
-    other = backend.open()
-    assert other.release("job", ctx.slot_ms, ctx.token)
-    assert other.claim("job", ctx.slot_ms, runner="taker", reason="takeover", lease_ms=30_000).outcome == "won"
+    fence(backend.open(), ctx)
     rec.wait("lost", timeout=2)
     assert value(registry, "leasecron_lease_lost_total", job="job", cause="fenced") == 1
     assert value(registry, "leasecron_lease_lost_total", job="job", cause="unrenewed") == 0
@@ -251,9 +235,7 @@ def test_a_lease_not_renewable_for_lease_ms_counts_as_unrenewed(sqlite_backend: 
     blocker = sqlite_backend.write_blocker()
     store = open_store(sqlite_backend.url_giving_up_after(50))
     cron = LeaseCron(store, runner="a", lease_ms=600, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR)
-    rec = Recorder(cron)
-    calls = Calls()
-    cron.add_job(handler(store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name="job")
+    rec, calls = waiting_on_its_signal(cron)
     instrument(cron, registry=registry)
     try:
         cron.start()

@@ -138,6 +138,22 @@ def handler(
     return run
 
 
+def waiting_on_its_signal(cron: LeaseCron, name: str = "job") -> Tuple[Recorder, Calls]:
+    """Give ``cron`` (not started) an hourly job ``name``, caught up on start, whose handler waits up
+    to 5 s on its signal; the instance's recorder and the handler's calls."""
+    rec = Recorder(cron)
+    calls = Calls()
+    cron.add_job(handler(cron.store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name=name)
+    return rec, calls
+
+
+def fence(other: Store, ctx: Context) -> None:
+    """From ``other`` (another instance's store handle), release the run ``ctx`` is in and take it
+    over: the run's token changes under its runner, whose next heartbeat is refused."""
+    assert other.release(ctx.job, ctx.slot_ms, ctx.token)
+    assert other.claim(ctx.job, ctx.slot_ms, runner="taker", reason="takeover", lease_ms=30_000).outcome == "won"
+
+
 def wait_store_time(store: Store, ms: int, timeout: float = 10.0) -> None:
     """Wait until the store's clock reaches ``ms``."""
     left = (ms - store.now_ms()) / 1000

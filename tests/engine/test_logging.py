@@ -18,7 +18,8 @@ import pytest
 from leasecron import Context
 from tests.conftest import Backend
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import CATCH_UP_HOUR, HOURLY, Calls, Recorder, dead_claim, handler, latest_hourly_slot
+from tests.engine.support import CATCH_UP_HOUR, HOURLY, Calls, Recorder, dead_claim, fence, handler, latest_hourly_slot
+from tests.engine.support import waiting_on_its_signal
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "sqlite"], indirect=True)
@@ -193,14 +194,10 @@ def test_lost_lease_is_a_warning_line_saying_why(
 ) -> None:
     """A heartbeat refused after a takeover logs WARNING ``lost ... : heartbeat refused: ...``."""
     a = make_cron("a", catch_up_ms=CATCH_UP_HOUR)
-    rec = Recorder(a)
-    calls = Calls()
-    a.add_job(handler(a.store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name="job")
+    rec, calls = waiting_on_its_signal(a)
     a.start()
     ctx = calls.wait(1, timeout=3)[0]
-    other = backend.open()
-    assert other.release("job", ctx.slot_ms, ctx.token)
-    assert other.claim("job", ctx.slot_ms, runner="taker", reason="takeover", lease_ms=30_000).outcome == "won"
+    fence(backend.open(), ctx)
     rec.wait("lost", timeout=2)
     line = (
         f"leasecron: lost job 'job' slot {iso(ctx.slot_ms)} attempt 1 runner 'a' (fenced):"

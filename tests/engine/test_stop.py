@@ -9,22 +9,9 @@ import time
 from leasecron import Context, LeaseCron
 from tests.conftest import Backend
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import (
-    CATCH_UP_HOUR,
-    FAST,
-    HEARTBEAT,
-    HOURLY,
-    LEASE,
-    MARGIN,
-    Calls,
-    Recorder,
-    dead_claim,
-    every_second,
-    handler,
-    latest_hourly_slot,
-    stored,
-    wait_store_time,
-)
+from tests.engine.support import CATCH_UP_HOUR, FAST, HEARTBEAT, HOURLY, LEASE, MARGIN, Calls, Recorder, dead_claim
+from tests.engine.support import every_second, handler, latest_hourly_slot, stored, wait_store_time
+from tests.engine.support import waiting_on_its_signal
 from tests.helpers import wait_for
 
 
@@ -92,9 +79,7 @@ def test_released_run_is_taken_over_within_two_heartbeats_even_with_max_attempts
 def test_handler_that_returns_on_stop_is_finished_as_success(make_cron: MakeCron) -> None:
     """A handler that returns normally once stop() aborts its signal is finished as success."""
     a = make_cron("a", catch_up_ms=CATCH_UP_HOUR)
-    rec = Recorder(a)
-    calls = Calls()
-    a.add_job(handler(a.store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name="job")
+    rec, calls = waiting_on_its_signal(a)
     a.start()
     ctx = calls.wait(1, timeout=3)[0]
     a.stop(timeout=2)

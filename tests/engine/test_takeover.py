@@ -8,18 +8,8 @@ import threading
 
 from leasecron import Context
 from tests.engine.conftest import Gates, MakeCron
-from tests.engine.support import (
-    HEARTBEAT,
-    HOURLY,
-    LEASE,
-    MARGIN,
-    Calls,
-    Recorder,
-    dead_claim,
-    handler,
-    latest_hourly_slot,
-    stored,
-)
+from tests.engine.support import HEARTBEAT, HOURLY, LEASE, MARGIN, Calls, Recorder, dead_claim, handler
+from tests.engine.support import latest_hourly_slot, stored
 from tests.helpers import wait_for
 
 
