@@ -28,10 +28,14 @@ from ..errors import ConfigError
 from .base import ClaimRequest, Store
 from .delegating import DelegatingStore
 from .memory import MemoryStore
+from .reads import StoreReads
 from .sqlite import SQLiteStore
 from .urls import masked_url, without_secrets
 
-__all__ = ["Store", "ClaimRequest", "DelegatingStore", "MemoryStore", "SQLiteStore", "open_store", "require", "SCHEMES"]
+__all__ = [
+    "Store", "StoreReads", "ClaimRequest", "DelegatingStore", "MemoryStore", "SQLiteStore",
+    "open_store", "require", "SCHEMES",
+]  # fmt: skip
 
 #: URL scheme -> (module, class) of the store that serves it.
 SCHEMES: Dict[str, Tuple[str, str]] = {

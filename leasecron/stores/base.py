@@ -1,33 +1,18 @@
-"""The store contract: what every backend does, atomically, on its own clock.
+"""The store contract: :class:`Store`, what every backend does, atomically, on its own clock.
 
-A store is the one place where instances agree. Every operation is atomic
-and compares lease ends with the store's own clock (``now_ms``), never with
-the caller's. ``docs/protocol.rst`` explains the protocol and numbers the
-rules of the contract (1-21); the docstrings of :meth:`Store.claim`,
-:meth:`~Store.heartbeat`, :meth:`~Store.finish` and :meth:`~Store.release`
-state them with those numbers, and each backend tags the branch that carries
-out a rule with its number (``rule 4`` in ``rules.py``, ``claim.lua`` and the
-PostgreSQL migrations).
-
-The public methods of :class:`Store` check their arguments, once, and call
-a protected method that does the work (``claim`` calls ``_claim`` with a
-:class:`ClaimRequest`, ``heartbeat`` calls ``_heartbeat``, and so on). A
-backend, or a user's own store, implements the protected methods and
-``now_ms`` and ``close``, and may trust its arguments. The conformance suite
-in ``tests/stores/`` is the executable form of the contract and can be
-pointed at any store.
-
-The operations that only read (``get_run``, ``runs``, ``recent_runs``,
-``unfinished``, ``jobs``, ``job_state``, ``job_states``,
-``pending_requests``) live in :class:`~leasecron.stores.reads.StoreReads`,
-which :class:`Store` extends: they decide nothing and carry no rule number.
+Each public method checks its arguments once and calls the protected method a backend
+implements, which may trust them (``claim`` and ``claim_one`` call ``_claim`` with a
+:class:`ClaimRequest`, ``heartbeat`` calls ``_heartbeat``, and so on). The docstrings state the
+rules of ``docs/protocol.rst`` with their numbers (1-21); each backend tags the branch that
+carries out a rule with its number, and ``tests/stores/`` is the contract's executable form.
+``Store`` extends :class:`~leasecron.stores.reads.StoreReads`, what a reader needs (the clock,
+the reads, ``close``), with the operations that decide.
 """
 
 from __future__ import annotations
 
 import abc
-from types import TracebackType
-from typing import List, Optional, Sequence, Type
+from typing import List, Optional, Sequence
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, shown
@@ -48,6 +33,11 @@ REQUESTS_KEPT = 20
 class Store(StoreReads):
     """A shared record of runs: the contract every backend fulfils.
 
+    A store is a :class:`~leasecron.stores.reads.StoreReads`: its clock (``now_ms``), its reads
+    (``get_run``, ``unfinished``, ``runs``, ``recent_runs``, ``jobs``, ``job_state``,
+    ``job_states``, ``pending_requests``) and ``close`` are documented there. The methods below
+    decide: claims, heartbeats, finishes, releases and the controls.
+
     Every method may raise :class:`~leasecron.StoreError` (or its subclass
     :class:`~leasecron.StoreUnavailable` for failures worth retrying), raised
     ``from`` the driver's own exception. A bad argument raises
@@ -56,13 +46,6 @@ class Store(StoreReads):
 
     #: The URL scheme(s) this store is opened with, for messages and ``check``.
     kind: str = "store"
-
-    @abc.abstractmethod
-    def now_ms(self) -> int:
-        """The store's clock, in milliseconds since the Unix epoch.
-
-        Every lease comparison inside the store uses this clock.
-        """
 
     def claim(
         self,
@@ -321,21 +304,6 @@ class Store(StoreReads):
         Empty when nothing is known to be wrong (the default).
         """
         return []
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release the store's connections. The store is not used afterwards."""
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.close()
 
 
 __getattr__ = old_names_of(__name__)

@@ -1,27 +1,18 @@
-"""The reads of the store contract: the operations that decide nothing and write nothing.
+"""The read-only contract of a store: its clock, the reads of runs, jobs, pauses and requests, and close.
 
-:class:`StoreReads` is the half of :class:`~leasecron.Store` (``base.py``)
-that only reads: one run (``get_run``), a job's running and newest runs
-(``unfinished``, ``runs``), the newest runs of many jobs at once
-(``recent_runs``), the names of the jobs (``jobs``), and what the store holds
-of the jobs beyond their runs (``job_state``, ``job_states``,
-``pending_requests``). They carry no rule number: ``docs/protocol.rst``
-numbers the rules of the operations that decide, and a read changes nothing
-a rule looks at.
-
-As in ``base.py``, each public method checks its arguments once and calls
-the protected method of the same name (``runs`` calls ``_runs``), which a
-backend implements and which may trust its arguments. Every protected read
-is abstract but ``_recent_runs``: its default asks ``_runs`` once per job,
-so a user's own store keeps working, and every backend of this package
-overrides it with one round trip (one per node of a Redis Cluster): a
-dashboard page of 50 jobs is one store call, not 50.
+:class:`StoreReads` is what a reader of a store needs, complete on its own: ``leasecron runs``,
+``jobs``, ``show`` and the dashboard use a store through it alone. :class:`~leasecron.Store`
+extends it with the operations that decide, which carry the numbered rules of
+``docs/protocol.rst``; a read decides nothing and changes nothing a rule looks at. As there,
+each public method checks its arguments once and calls the protected method of the same name,
+which a backend implements and which may trust them.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Dict, List, Optional, Sequence
+from types import TracebackType
+from typing import Dict, List, Optional, Sequence, Type, TypeVar
 
 from ..controls import JobState, ManualRequest
 from ..runs import Run
@@ -30,13 +21,24 @@ from .checks import check_recent_runs, check_run_key
 
 __all__ = ["StoreReads"]
 
+_Reads = TypeVar("_Reads", bound="StoreReads")
+
 
 class StoreReads(abc.ABC):
-    """The operations of the store contract that only read (the base of :class:`~leasecron.Store`).
+    """A store as its readers see it: its clock, the runs, the jobs and their states, and ``close``.
 
-    A bad argument raises :class:`~leasecron.ConfigError` naming it, before
-    the store is asked; a failing store raises :class:`~leasecron.StoreError`.
+    The dashboard and the commands that only read (``leasecron runs``, ``jobs``, ``show``) need
+    no more; every :class:`~leasecron.Store` is one. A bad argument raises
+    :class:`~leasecron.ConfigError` naming it, before the store is asked; a failing store raises
+    :class:`~leasecron.StoreError`.
     """
+
+    @abc.abstractmethod
+    def now_ms(self) -> int:
+        """The store's clock, in milliseconds since the Unix epoch.
+
+        Every lease comparison inside the store uses this clock.
+        """
 
     def job_state(self, job: str) -> JobState:
         """What the store holds of ``job`` beyond its runs: its pause and its requests."""
@@ -97,7 +99,22 @@ class StoreReads(abc.ABC):
         """The names of the jobs that have stored runs, sorted."""
         return self._jobs()
 
-    # -- what a backend implements (the arguments checked, see base.py) -----------------
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store's connections. The store is not used afterwards."""
+
+    def __enter__(self: _Reads) -> _Reads:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    # -- what a backend implements (the arguments checked) ------------------------------
 
     @abc.abstractmethod
     def _job_state(self, job: str) -> JobState:

@@ -1,92 +1,12 @@
 """RedisStore: the store contract on Redis or Valkey, standalone or cluster.
 
-Each operation that writes is one Lua script (``stores/lua/<op>.lua``, with
-``common.lua`` prepended, and the numbers of the protocol rendered in from
-:mod:`leasecron.runs`), run with one ``EVALSHA``: the script reads the
-server's clock with ``TIME`` and decides and writes atomically, so every
-lease comparison uses the server's clock and no decision ever spans two
-round trips. Each script tags its branches with the number of the rule of
-the store contract they carry out. A script the server does not know (a restart, ``SCRIPT FLUSH``,
-a failover) answers ``NOSCRIPT``; the store then loads it and calls again.
-A batch of claims (``claim_many``, rule 21) is one pipeline of claim.lua
-calls: one round trip, one per node of a cluster; each call is as atomic as a
-single claim. ``recent_runs`` is one pipeline of runs.lua calls, likewise.
-How the store calls the server, and the operations that only read, are
-:class:`~leasecron.stores.redis_reads.RedisReads`, the base of the store.
-
-Keys. One job's state lives in six keys that share one hash tag, so a
-cluster keeps them on one slot and a script can touch them all::
-
-    <prefix>:{<job>}:runs       hash  slot_ms -> the run, as JSON (with its attempts)
-    <prefix>:{<job>}:slots      zset  every stored slot (score = slot_ms)
-    <prefix>:{<job>}:running    zset  the running slots
-    <prefix>:{<job>}:finished   zset  the finished slots
-    <prefix>:{<job>}:paused     hash  by, ms, note: there while the job is paused
-    <prefix>:{<job>}:requests   hash  slot_ms -> a request for a manual run, as JSON
-    <prefix>:jobs               set   the names of jobs with runs (read by jobs())
-    <prefix>:controlled         set   the names of jobs ever paused or asked to run
-                                      (read by job_states())
-    <prefix>:pending            zset  the open requests of every job (read by
-                                      pending_requests()): member [job, slot_ms,
-                                      requested_by] as JSON (pending), with a
-                                      fourth item "claimed" once claimed;
-                                      score expires_ms
-
-``<job>`` is the job name percent-encoded (every byte outside
-``A-Z a-z 0-9 . _ -``, ``%`` and the braces included), so no name can end
-its hash tag early, reach into another job's keys, or collide with another
-name. The sorted sets make ``unfinished``, ``runs``, history pruning and
-``jobs`` reads of one job's keys: no ``KEYS`` or ``SCAN`` anywhere. A claim of a
-slot without a run reads ``paused`` and ``requests`` only when one ``EXISTS``
-of both finds either (most jobs have neither); a manual one reads its request.
-
-The three keys without a hash tag live on other cluster slots than a job's
-keys, so a job's script cannot write them; the store writes each in a call
-of its own, ordered so that what a crash between the calls leaves behind is
-harmless:
-
-* ``jobs``: a store adds a job (``SADD``, idempotent) before its first claim
-  of that job, and again after a claim that stored the job's first run (the
-  server may have lost its data since: a restart without persistence, a
-  failover); ``jobs()`` lists the members that have stored runs. That is one
-  extra round trip per job and process, and per job whose history starts (a
-  batch adds all its new jobs in one, and all whose history it started in one);
-  every other claim, and every heartbeat, finish and release, is one
-  ``EVALSHA``.
-* ``controlled``: ``pause`` and ``request_run`` add the job before they
-  write its keys, and nothing removes it; ``job_states()`` reads the state of
-  each member (one pipeline) and lists those paused or with requests kept. A
-  crash in between leaves a member with nothing to show: it is skipped.
-* ``pending``: ``request_run`` adds the request after the job's script made
-  it (only the script knows its slot); a claim that ends a request answers
-  its requester and how it ended, and the store then marks the entry
-  claimed (it stays until it expires: the instances that find it back up
-  the run it started) or removes a skipped or expired one, as it does for a
-  skipped or expired one a manual claim finds; ``pending_requests()`` reads
-  the members not expired on the index's server clock, in one script call.
-  Entries that expired are removed by the next ``request_run``. If the index
-  write of ``request_run`` fails (the process dies, the index's node is
-  down), ``request_run`` raises and the request is never found by an
-  instance: it stays pending in the job's state until it expires, and no run
-  starts (ask again). If the change after a claim fails, the entry stays
-  as it was until it expires: instances that read it send a manual claim,
-  which finds the run (``running``: they become backups, as for any run) or
-  the request ended (``none``). So ``pending_requests()`` may list as
-  pending a request that was claimed a moment ago, never misses one that was
-  indexed, and no entry makes a run start twice: the job's keys decide.
-  On a cluster the index's node judges expiry on its own clock, which may
-  differ from the job's node by their clock skew.
-
-Errors. Connection failures and timeouts, a server still loading its data,
-a read-only replica and a cluster in reconfiguration raise
-:class:`~leasecron.StoreUnavailable`, which the engine retries, with
-tenacity, only while the answer still matters. Clients the store creates do
-no retries of their own and time out (``socket_timeout``, default 5 s;
-``socket_connect_timeout``, default 2 s), so a call cannot hang a runner.
-Their connections (per node of a cluster) are a blocking pool of at most
-``max_connections`` (default 64): a call beyond them waits up to
-``socket_timeout`` for one to come free (redis-py's own pool would raise at
-once: a thousand runs ending together must not fail their finishes).
+Each operation that writes is one Lua script of ``stores/lua/`` run with one ``EVALSHA``: the
+script reads the server's clock with ``TIME``, decides and writes atomically, so no decision
+spans two round trips. One job's state is six keys in one hash tag (a cluster keeps them on one
+slot); the three keys of the whole store (``jobs``, ``controlled``, ``pending``) live on other
+slots, and the store writes them in calls of their own, ordered so that a crash between two calls
+leaves nothing harmful. ``docs/design.rst`` (The stores) lays out the keys and that order;
+:class:`~leasecron.stores.redis_calls.RedisCalls` makes the calls.
 """
 
 from __future__ import annotations
@@ -99,14 +19,15 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 from ..compat import old_names_of
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
-from ..runs import Claim
+from ..runs import Claim, Run
 from ..states import RequestState
 from . import require
-from .base import ClaimRequest
+from .claim_request import ClaimRequest
+from .base import Store
+from .redis_calls import RedisCalls
 from .redis_server import durability_warnings, server_version, store_error as _store_error
-from .redis_reads import RedisReads
 from .redis_scripts import (
-    claim_args, control_keys, index_member, job_keys, load_scripts, read_claim, read_state, text,
+    claim_args, control_keys, index_member, job_keys, read_claim, read_index, read_run, read_runs, read_state, text,
 )  # fmt: skip
 from .urls import masked_url, without_secrets
 
@@ -124,8 +45,7 @@ DEFAULT_CONNECT_TIMEOUT = 2.0
 DEFAULT_MAX_CONNECTIONS = 64
 
 
-
-class RedisStore(RedisReads):
+class RedisStore(Store):
     """The store contract on Redis or Valkey (``redis://``, ``rediss://``,
     ``valkey://``, ``valkeys://``).
 
@@ -152,10 +72,9 @@ class RedisStore(RedisReads):
         self.client = client
         self.prefix = prefix
         self.create = create
-        self._scripts = load_scripts()
+        self._calls = RedisCalls(self._redis, client, prefix)
         self._jobs_key = f"{prefix}:jobs"
         self._controlled_key = f"{prefix}:controlled"
-        self._pending_key = f"{prefix}:pending"
         self._registered: Set[str] = set()
         self._lock = threading.Lock()
         self._owns_client = False
@@ -223,26 +142,26 @@ class RedisStore(RedisReads):
         all of them ``again`` (their first run was stored)."""
         new = list(jobs) if again else [job for job in jobs if job not in self._registered]
         if new:
-            self._call(f"registering job {new[0]!r}" + ("" if len(new) == 1 else f" and {len(new) - 1} more"),
-                       self.client.sadd, self._jobs_key, *new)  # fmt: skip
+            doing = f"registering job {new[0]!r}" + ("" if len(new) == 1 else f" and {len(new) - 1} more")
+            self._calls.call(doing, self.client.sadd, self._jobs_key, *new)
             with self._lock:
                 self._registered.update(new)
 
-    # -- the contract's writes (arguments checked by Store; the reads: RedisReads) -------
+    # -- the contract's writes (arguments checked by Store) ------------------------------
 
     def _claim(self, request: ClaimRequest) -> Claim:
         self._register((request.job,))
-        return self._answers([request], [self._script("claim", request.job, *claim_args(request))])[0]
+        return self._answers([request], [self._calls.script("claim", request.job, *claim_args(request))])[0]
 
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
         """One pipeline of claim.lua calls: one round trip, one per node of a cluster."""
         self._register(list(dict.fromkeys(request.job for request in requests)))
         jobs, args = [request.job for request in requests], [claim_args(request) for request in requests]
-        return self._answers(requests, self._script_many("claim", jobs, args, f"claims of {len(requests)} jobs"))
+        return self._answers(requests, self._calls.script_many("claim", jobs, args, f"claims of {len(requests)} jobs"))
 
     def _answers(self, requests: List[ClaimRequest], replies: List[Any]) -> List[Claim]:
         """The claims claim.lua answered, once the jobs set and the index of requests know what
-        they wrote (see the module's docstring)."""
+        they wrote (``docs/design.rst``, The stores: Redis)."""
         answers, firsts = [], []
         for request, reply in zip(requests, replies):
             claim, first, requested_by, state = read_claim(request.job, reply)
@@ -263,50 +182,100 @@ class RedisStore(RedisReads):
     def _reindex(self, job: str, slot_ms: int, requested_by: str, state: str) -> None:
         """Mark a request claimed in the index of open requests (it stays there until it expires),
         or take a skipped or expired one out; a failure leaves the entry as it was until it expires
-        or a manual claim meets it again (see the module's docstring)."""
+        or a manual claim meets it again (``docs/design.rst``, The stores: Redis)."""
         member = index_member(job, slot_ms, requested_by)
         try:
             if state == RequestState.CLAIMED:
-                self._index(f"marking the request of {job!r} at {slot_ms} claimed in the index", "claim",
-                            member, index_member(job, slot_ms, requested_by, claimed=True))  # fmt: skip
+                self._calls.index(f"marking the request of {job!r} at {slot_ms} claimed in the index", "claim",
+                                  member, index_member(job, slot_ms, requested_by, claimed=True))  # fmt: skip
             else:
-                self._index(f"removing the request of {job!r} at {slot_ms} from the index", "remove", member)
+                self._calls.index(f"removing the request of {job!r} at {slot_ms} from the index", "remove", member)
         except StoreError as exc:  # the claim stands
             log.warning("leasecron: %s", exc)
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        return bool(self._script("heartbeat", job, slot_ms, token, lease_ms))
+        return bool(self._calls.script("heartbeat", job, slot_ms, token, lease_ms))
 
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         args: Tuple[Union[str, int], ...] = (slot_ms, token, status)
         if error is not None:
             args += (error,)
-        return bool(self._script("finish", job, *args))
+        return bool(self._calls.script("finish", job, *args))
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
-        return bool(self._script("release", job, slot_ms, token))
+        return bool(self._calls.script("release", job, slot_ms, token))
 
     def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
-        self._call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
+        self._calls.call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
         args: Tuple[str, ...] = ("pause", by) if note is None else ("pause", by, note)
-        return read_state(job, self._script("pause", job, *args))
+        return read_state(job, self._calls.script("pause", job, *args))
 
     def _resume(self, job: str, by: str) -> JobState:
-        return read_state(job, self._script("pause", job, "resume", by))
+        return read_state(job, self._calls.script("pause", job, "resume", by))
 
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
-        self._call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
-        slot, expires = (int(text(value)) for value in self._script("request", job, by, max_late_ms))
+        self._calls.call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
+        slot, expires = (int(text(value)) for value in self._calls.script("request", job, by, max_late_ms))
         doing = (
             f"indexing the request of {job!r} at {slot} (it is stored, but no instance will find it:"
             " it expires without a run; ask again)"
         )
-        self._index(doing, "add", index_member(job, slot, by), expires)
+        self._calls.index(doing, "add", index_member(job, slot, by), expires)
         return ManualRequest(job, slot, by, expires, RequestState.PENDING)
+
+    # -- the contract's reads (arguments checked by StoreReads) --------------------------
+
+    def now_ms(self) -> int:
+        seconds, micros = self._calls.call("reading the server's clock", self.client.time)
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _job_state(self, job: str) -> JobState:
+        return read_state(job, self._calls.script("state", job))
+
+    def _job_states(self) -> List[JobState]:
+        def queue(pipe: Any, name: str) -> None:
+            paused, requests = control_keys(self.prefix, name)
+            pipe.hmget(paused, "by", "ms", "note")
+            pipe.hgetall(requests)
+
+        now = self.now_ms()  # the states are judged at one clock
+        states = []
+        for name, (pause, requests) in self._calls.each_member(self._controlled_key, "reading job states", queue):
+            state = read_state(name, [now, *pause, *(part for pair in requests.items() for part in pair)])
+            if state.paused or state.requests:
+                states.append(state)
+        return states
+
+    def _pending_requests(self) -> List[ManualRequest]:
+        return read_index(self._calls.index("reading the pending requests", "read"))
+
+    def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
+        raw = self._calls.call(f"reading {job!r}", self.client.hget, job_keys(self.prefix, job)[0], str(slot_ms))
+        return None if raw is None else read_run(job, str(slot_ms), raw)
+
+    def _unfinished(self, job: str) -> List[Run]:
+        return read_runs(job, self._calls.script("runs", job, "unfinished", 0))
+
+    def _runs(self, job: str, limit: int) -> List[Run]:
+        return read_runs(job, self._calls.script("runs", job, "runs", limit))
+
+    def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
+        """One pipeline of runs.lua calls, one per job: one round trip, one per node of a cluster."""
+        doing = f"reading the runs of {len(jobs)} jobs"
+        replies = self._calls.script_many("runs", jobs, [("runs", limit)] * len(jobs), doing)
+        return {job: read_runs(job, reply) for job, reply in zip(jobs, replies)}
+
+    def _jobs(self) -> List[str]:
+        def queue(pipe: Any, name: str) -> None:
+            pipe.exists(job_keys(self.prefix, name)[1])
+
+        return [name for name, (found,) in self._calls.each_member(self._jobs_key, "listing jobs", queue) if found]
+
+    # -- for leasecron check, and the end ------------------------------------------------
 
     def server_version(self) -> str:
         """The server's kind and version, for example ``Valkey 9.1.2`` or ``Redis 7.0.15``."""
-        return server_version(self._call("reading INFO server", self.client.info, "server"))
+        return server_version(self._calls.call("reading INFO server", self.client.info, "server"))
 
     def durability_warnings(self) -> List[str]:
         """Warn when the server does not log every write to its append-only file."""
@@ -317,7 +286,8 @@ class RedisStore(RedisReads):
             except self._redis.exceptions.RedisError:
                 return None  # CONFIG may be disabled (managed servers)
 
-        return durability_warnings(self._call("reading INFO persistence", self.client.info, "persistence"), appendfsync)
+        info = self._calls.call("reading INFO persistence", self.client.info, "persistence")
+        return durability_warnings(info, appendfsync)
 
     def close(self) -> None:
         """Close the client if this store created it (from a URL)."""

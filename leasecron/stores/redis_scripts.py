@@ -36,6 +36,7 @@ __all__ = [
     "control_keys",
     "text",
     "read_run",
+    "read_runs",
     "claim_args",
     "read_claim",
     "read_state",
@@ -203,6 +204,11 @@ def read_run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]
     if type(data) is not dict:
         raise StoreError(f"{unreadable()}: {shown(data)} is no JSON object")
     return read_record(job, slot_text, data).to_run()
+
+
+def read_runs(job: str, reply: Sequence[Any]) -> List[Run]:
+    """The runs of runs.lua's ``reply`` (slot, run JSON, slot, run JSON, ...)."""
+    return [read_run(job, reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
 
 
 def claim_args(request: ClaimRequest) -> Tuple[Union[str, int], ...]:

@@ -1,69 +1,38 @@
-"""SQLiteStore: the embedded default, for the processes of one host.
+"""SQLiteStore: the store contract in one SQLite file, shared by the processes of one host.
 
-Many processes on one host share one database file safely:
-
-* WAL journal, so readers never block the writer;
-* every operation that writes runs in ``BEGIN IMMEDIATE``, which takes the
-  file's write lock up front, so two claims never decide on the same state;
-  the store's ``now`` is read once the lock is held, so the order of the
-  transactions and of their clocks agree;
-* a writer waits for the lock instead of failing, for at most
-  ``busy_timeout_ms``; one that still finds it busy raises
-  :class:`~leasecron.StoreUnavailable`. The threads of one process queue for
-  it on a lock of their own (in order, woken at once when it is free); only
-  the thread at the head of that queue asks SQLite, and it retries
-  ``BEGIN IMMEDIATE`` every few hundred microseconds rather than through
-  SQLite's busy handler, whose sleeps grow to 100 ms (a claim would wait far
-  longer than the transaction it waits for, which takes tens of microseconds);
-* ``synchronous=NORMAL``: a commit survives a crash of any process; only a
-  power loss of the host can lose the last commits (and then every instance
-  of the host is gone with it).
-
-The clock is the host's wall clock, shared by all its processes. Operations
-take a connection from a small pool of idle ones; a forked child opens its
-own. The schema is created on first use by the migrations
-(``stores/sql/sqlite/NNNN_*.sql``, see :mod:`leasecron.stores.migrations`)
-and stamped with its version in ``<table>_meta``; a store opened with
-``create=False`` creates nothing (no file, no table, no switch to WAL) and
-fails, naming what is missing, on a database that lacks them (on one of
-version 1, which it does not migrate, it reads no pause and no request).
-The rules themselves are :mod:`leasecron.stores.rules`.
+The lease rules run in Python (:mod:`leasecron.stores.rules`) on a :class:`SQLiteTable`, the
+named queries of ``stores/sql/sqlite/queries.sql``, inside a transaction that holds the file's
+one write lock from its first statement (:mod:`leasecron.stores.sqlite_file`); the store's clock
+is the host's, read once the lock is held. The threads of one process queue for that lock on a
+lock of their own, and operations share a small pool of connections. ``docs/design.rst`` (The
+stores) says why it is built so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError, StoreUnavailable
-from .migrations import check_version, latest_version, migrate
 from .queries import check_identifier, load_queries
-from .rules import Table, TableStore
-from .sqlite_table import SQLiteTable
+from .records import Record, read_pause, read_record, read_request, stored_attempts_json
+from .rules import TableStore
+from .table import NewSlot, Table
+from .sqlite_file import NOT_CREATED, SCHEMA_VERSION, Schema, begin_immediate, store_error
 from .urls import masked_url
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
-#: The schema version this release writes and reads: the number of its last migration.
-SCHEMA_VERSION = latest_version("sqlite")
-
-#: A writer that finds another process holding the write lock retries after
-#: this pause, doubled after each try up to ``BUSY_PAUSE_MAX_S``.
-BUSY_PAUSE_MIN_S = 0.0001
-BUSY_PAUSE_MAX_S = 0.001
-
 #: Idle connections a store keeps open for its next operations.
 MAX_IDLE_CONNECTIONS = 8
-
-#: Why a store did not create what is missing.
-_NOT_CREATED = "(a store with create=False creates nothing)"
 
 
 class SQLiteStore(TableStore):
@@ -98,12 +67,9 @@ class SQLiteStore(TableStore):
         self._q = load_queries("sqlite", table=self.table)
         self._lock = threading.Lock()  # the pool's: never held across a call to SQLite
         self._writer = threading.Lock()  # this process's queue for the file's write lock
-        self._schema_lock = threading.Lock()  # one thread creates (or looks for) the schema
         self._idle: List[sqlite3.Connection] = []
         self._pid = os.getpid()
-        self._schema_ready = False  # created (or found) by a store that creates
-        self._schema_found = False  # found by a store that does not create
-        self._found_version = SCHEMA_VERSION  # the version it found
+        self._schema = Schema(path, self.table, self._q, busy_timeout_ms)
         self._closed = False
 
     @classmethod
@@ -175,10 +141,7 @@ class SQLiteStore(TableStore):
         if conn is None:
             conn = self._connect()
         try:
-            if self.create and not self._schema_ready:
-                self._create_schema(conn)
-            elif not self.create and not (self._schema_ready or self._schema_found):
-                self._find_schema(conn)
+            self._schema.prepare(conn, self.create)
         except BaseException:
             self._put_back(conn)
             raise
@@ -206,8 +169,8 @@ class SQLiteStore(TableStore):
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             if not self.create and not os.path.exists(self.path):
-                raise StoreError(f"SQLite database file {self.path!r} does not exist {_NOT_CREATED}") from exc
-            raise _store_error(exc, f"cannot open SQLite database {self.path!r}") from exc
+                raise StoreError(f"SQLite database file {self.path!r} does not exist {NOT_CREATED}") from exc
+            raise store_error(exc, f"cannot open SQLite database {self.path!r}") from exc
         return conn
 
     def _after_fork(self) -> None:
@@ -216,83 +179,8 @@ class SQLiteStore(TableStore):
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._writer = threading.Lock()
-        self._schema_lock = threading.Lock()
+        self._schema.after_fork()
         self._idle = []
-
-    @contextmanager
-    def _schema_section(self) -> Iterator[float]:
-        """Held by the one thread that creates or looks for the schema; yields the deadline
-        (monotonic) of that work. A thread that waits here longer than ``busy_timeout_ms``
-        gives up with :class:`~leasecron.StoreUnavailable`, as a writer does: the work never
-        holds the pool's lock, so the other threads' operations are not held up by it."""
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        if not self._schema_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise StoreUnavailable(
-                f"SQLite: another thread's creation of the schema in {self.path!r} took over"
-                f" {self.busy_timeout_ms} ms"
-            )
-        try:
-            yield deadline
-        finally:
-            self._schema_lock.release()
-
-    def _create_schema(self, conn: sqlite3.Connection) -> None:
-        with self._schema_section() as deadline:
-            if self._schema_ready:
-                return
-            try:
-                mode = self._enable_wal(conn, deadline)
-                if str(mode).lower() != "wal":
-                    raise StoreError(f"SQLite database {self.path!r} cannot use WAL mode (got {mode!r})")
-                self._begin_immediate(conn, deadline)
-                try:
-                    conn.execute(self._q["create_meta"])
-                    version = self._version(conn)
-                    if migrate("sqlite", version, lambda sql: _execute_script(conn, sql), table=self.table) > version:
-                        conn.execute(self._q["set_version"], {"version": str(SCHEMA_VERSION)})
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise _store_error(exc, f"cannot create the schema in {self.path!r}") from exc
-            self._schema_ready = True
-
-    def _find_schema(self, conn: sqlite3.Connection) -> None:
-        """What ``create=False`` does instead of :meth:`_create_schema`: check that the tables
-        exist and are not newer than this release, and change nothing."""
-        with self._schema_section():
-            if self._schema_found:
-                return
-            try:
-                names = {"runs": self.table, "meta": f"{self.table}_meta"}
-                found = {row[0] for row in conn.execute(self._q["tables_found"], names)}
-                for name in names.values():
-                    if name.lower() not in found:
-                        raise StoreError(f"SQLite table {name!r} does not exist in {self.path!r} {_NOT_CREATED}")
-                self._found_version = self._version(conn)
-            except sqlite3.Error as exc:
-                raise _store_error(exc, f"cannot read the schema of {self.path!r}") from exc
-            self._schema_found = True
-
-    def _version(self, conn: sqlite3.Connection) -> int:
-        """The schema version stamped in the database (0: none yet); StoreError if it is newer
-        than this release's."""
-        row = conn.execute(self._q["get_version"]).fetchone()
-        where = f"SQLite table {self.table!r} in {self.path!r}"
-        return check_version("sqlite", int(row[0]) if row else 0, where)
-
-    def _enable_wal(self, conn: sqlite3.Connection, deadline: float) -> str:
-        # SQLite answers a switch to WAL that races another connection's
-        # (several processes opening a new file at once) with "database is
-        # locked" at once, without waiting on the busy timeout: retry until the deadline.
-        while True:
-            try:
-                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.01)
 
     def _without_controls(self) -> bool:
         """Whether a store that does not create (nor migrate) found 0.1's schema (version 1): no
@@ -300,7 +188,7 @@ class SQLiteStore(TableStore):
         if self.create:
             return False
         with self._using():  # finds the schema
-            return self._found_version < 2
+            return self._schema.version < 2
 
     def _job_state(self, job: str) -> JobState:
         return JobState(job) if self._without_controls() else super()._job_state(job)
@@ -323,7 +211,7 @@ class SQLiteStore(TableStore):
                     f" {self.busy_timeout_ms} ms"
                 )
             try:
-                self._begin_immediate(conn, deadline)
+                begin_immediate(conn, deadline, self.busy_timeout_ms)
                 try:
                     yield SQLiteTable(conn, self._q), self.now_ms()
                     conn.execute("COMMIT")
@@ -334,37 +222,10 @@ class SQLiteStore(TableStore):
                         except sqlite3.Error:
                             pass
                     if isinstance(exc, sqlite3.Error):
-                        raise _store_error(exc, "write failed") from exc
+                        raise store_error(exc, "write failed") from exc
                     raise
             finally:
                 self._writer.release()
-
-    def _begin_immediate(self, conn: sqlite3.Connection, deadline: float) -> None:
-        """``BEGIN IMMEDIATE``, retried while another process holds the write lock, until ``deadline``.
-
-        The connection's busy timeout is switched off for it (two PRAGMAs that
-        touch no file): the retries sleep 0.1-1 ms, growing, instead of
-        SQLite's 1, 2, 5, 10 ... 100 ms.
-        """
-        pause = BUSY_PAUSE_MIN_S
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            while True:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as exc:
-                    if not _is_busy(exc):
-                        raise _store_error(exc, "cannot begin a write transaction") from exc
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise _store_error(exc, "cannot begin a write transaction") from exc
-                    time.sleep(min(pause, left))
-                    pause = min(pause * 2, BUSY_PAUSE_MAX_S)
-                except sqlite3.Error as exc:
-                    raise _store_error(exc, "cannot begin a write transaction") from exc
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
 
     @contextmanager
     def _read(self) -> Iterator[Table]:
@@ -372,7 +233,7 @@ class SQLiteStore(TableStore):
         try:
             yield SQLiteTable(conn, self._q)
         except sqlite3.Error as exc:
-            raise _store_error(exc, "read failed") from exc
+            raise store_error(exc, "read failed") from exc
         finally:
             self._put_back(conn)
 
@@ -390,25 +251,108 @@ class SQLiteStore(TableStore):
         return f"SQLiteStore({self.path!r}, table={self.table!r})"
 
 
-def _execute_script(conn: sqlite3.Connection, script: str) -> None:
-    """Execute the statements of ``script`` one by one, in the transaction ``conn`` is in
-    (``executescript`` would commit it first)."""
-    statement = ""
-    for line in script.splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            conn.execute(statement)
-            statement = ""
-    if statement.strip():
-        conn.execute(statement)
+def _record(row: sqlite3.Row) -> Record:
+    data = dict(row)
+    return read_record(data["job"], data["slot_ms"], data)  # StoreError if it was tampered with
 
 
-def _is_busy(exc: sqlite3.Error) -> bool:
-    text = str(exc)
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+def _row(record: Record) -> Dict[str, Any]:
+    return {**vars(record), "attempts": stored_attempts_json(record)}
 
 
-def _store_error(exc: sqlite3.Error, doing: str) -> StoreError:
-    if _is_busy(exc):
-        return StoreUnavailable(f"SQLite {doing}: {exc}")
-    return StoreError(f"SQLite {doing}: {exc}")
+def _request(row: sqlite3.Row) -> ManualRequest:
+    return read_request(row["job"], dict(row))  # StoreError if it was tampered with
+
+
+class SQLiteTable(Table):
+    """The reads and writes of the rules in one transaction on ``conn``, by the named ``queries``.
+
+    A run's attempts are kept as JSON text (:func:`~leasecron.stores.records.attempts_json`), or
+    NULL when they are the one attempt the run's own fields describe (most runs: nothing to parse).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, queries: Dict[str, str]) -> None:
+        self._conn = conn
+        self._q = queries
+
+    def _rows(self, name: str, **params: Any) -> sqlite3.Cursor:
+        return self._conn.execute(self._q[name], params)
+
+    def _all(self, name: str, **params: Any) -> List[Record]:
+        return [_record(row) for row in self._rows(name, **params)]
+
+    def _one(self, name: str, **params: Any) -> Optional[Record]:
+        row = self._rows(name, **params).fetchone()
+        return None if row is None else _record(row)
+
+    def _requests(self, name: str, **params: Any) -> List[ManualRequest]:
+        return [_request(row) for row in self._rows(name, **params)]
+
+    def get(self, job: str, slot_ms: int) -> Optional[Record]:
+        return self._one("get", job=job, slot_ms=slot_ms)
+
+    def newest(self, job: str) -> Optional[Record]:
+        return self._one("newest", job=job)
+
+    def new_slot(self, job: str, slot_ms: int) -> NewSlot:
+        paused, newest, requested = self._rows("new_slot", job=job, slot_ms=slot_ms).fetchone()
+        return NewSlot(bool(paused), newest, bool(requested))
+
+    def running(self, job: str) -> List[Record]:
+        return self._all("running", job=job)
+
+    def latest(self, job: str, limit: int) -> List[Record]:
+        return self._all("latest", job=job, limit=limit)
+
+    def recent(self, jobs: List[str], limit: int) -> Dict[str, List[Record]]:
+        found: Dict[str, List[Record]] = {}
+        for record in self._all("recent", jobs=json.dumps(jobs), limit=limit):
+            found.setdefault(record.job, []).append(record)
+        return found
+
+    def jobs(self) -> List[str]:
+        return [row[0] for row in self._rows("jobs")]
+
+    def insert(self, record: Record) -> None:
+        self._rows("insert", **_row(record))
+
+    def update(self, record: Record) -> None:
+        self._rows("update", **_row(record))
+
+    def renew(self, job: str, slot_ms: int, lease_end_ms: int) -> None:
+        self._rows("renew", job=job, slot_ms=slot_ms, lease_end_ms=lease_end_ms)
+
+    def prune(self, job: str, keep: int, horizon_ms: int) -> None:
+        self._rows("prune", job=job, keep=keep, horizon_ms=horizon_ms)
+
+    def pause(self, job: str) -> Optional[JobState]:
+        row = self._rows("get_pause", job=job).fetchone()
+        return None if row is None else read_pause(job, dict(row))
+
+    def pauses(self) -> List[JobState]:
+        return [read_pause(row["job"], dict(row)) for row in self._rows("pauses")]
+
+    def set_pause(self, state: JobState) -> None:
+        self._rows("set_pause", job=state.job, paused_by=state.paused_by, paused_ms=state.paused_ms, note=state.note)
+
+    def clear_pause(self, job: str) -> None:
+        self._rows("clear_pause", job=job)
+
+    def request(self, job: str, slot_ms: int) -> Optional[ManualRequest]:
+        row = self._rows("get_request", job=job, slot_ms=slot_ms).fetchone()
+        return None if row is None else _request(row)
+
+    def requests(self, job: Optional[str]) -> List[ManualRequest]:
+        return self._requests("all_requests") if job is None else self._requests("job_requests", job=job)
+
+    def pending(self, now_ms: int) -> List[ManualRequest]:
+        return self._requests("pending", now_ms=now_ms)
+
+    def add_request(self, request: ManualRequest) -> None:
+        self._rows("add_request", **vars(request))
+
+    def end_request(self, job: str, slot_ms: int, state: str) -> None:
+        self._rows("end_request", job=job, slot_ms=slot_ms, state=state)
+
+    def prune_requests(self, job: str, keep: int, now_ms: int) -> None:
+        self._rows("prune_requests", job=job, keep=keep, now_ms=now_ms)
