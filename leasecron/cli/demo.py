@@ -8,18 +8,20 @@ hands the run over, and a backup runs it at once). Each victim is replaced by
 a new worker under a new name. At the end every worker is stopped, the stored
 runs are printed, and the demo checks, from the workers' own event logs and
 from the store, that every slot ran exactly once (exit 1 if not).
+
+This module holds the story: when to signal whom, and following the victim's slot
+to its takeover. What the demo runs and promises is :mod:`.demo_plan`; the worker
+processes are :mod:`.demo_workers`; the judgement, :mod:`.demo_verdict`; what it
+prints, :mod:`.demo_output`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,30 +31,12 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..errors import ConfigError
 from ..stores import open_store
 from ..stores.urls import masked_url
-from .demo_report import EVERY_MS, JOB, DemoRecord, clock, report
-from .demo_text import (
-    HANDOVER_BOUND_MS,
-    TAKEOVER_BOUND_MS,
-    TERM_DELAY_S,
-    WORKER_OPTIONS,
-    WORKERS,
-    Printer,
-    event_text,
-    now_ms,
-    print_legend,
-)
+from .demo_output import Printer, clock, event_text, print_legend, print_report, print_verdict
+from .demo_plan import EVERY_MS, HANDOVER_BOUND_MS, JOB, TAKEOVER_BOUND_MS, TERM_DELAY_S, WORKERS, now_ms
+from .demo_verdict import judge, stored_runs
+from .demo_workers import Worker, WorkerProcesses, stderr_tail
 
 __all__ = ["cmd_demo", "Demo"]
-
-
-
-@dataclass
-class Worker:
-    name: str
-    proc: "subprocess.Popen[str]"
-    stderr_path: str
-    fate: str = ""  # "" (serving), "killed", "terminated" or "stopping"
-    exited: bool = False
 
 
 @dataclass
@@ -71,17 +55,17 @@ class Story:
 
 
 class Demo:
-    """The demo's processes, its story and its report."""
+    """The demo's story: its workers, the signals it sends them, what it saw, and its report."""
 
     def __init__(self, seconds: float, store_url: Optional[str], workdir: str) -> None:
         self.seconds = seconds
-        self.workdir = workdir
         self.temporary = store_url is None
         self.url = store_url or f"sqlite:///{os.path.join(workdir, 'demo.db')}"
         self.out = Printer()
         self.events: "queue.Queue[Tuple[Worker, Dict[str, Any]]]" = queue.Queue()
+        history = int(self.seconds * 1000 / EVERY_MS) + 100  # keep every run of the demo
+        self.processes = WorkerProcesses(self.url, workdir, history, self.events)
         self.log: List[Tuple[str, Dict[str, Any]]] = []  # every worker event, in arrival order
-        self.workers: List[Worker] = []
         self.active: Dict[Tuple[Any, Any], str] = {}  # (slot, attempt) -> runner, between start and end
         self.succeeded: Set[Any] = set()
         self.phase = "kill-wait"
@@ -89,58 +73,23 @@ class Demo:
         self.term: Optional[Story] = None
         self.notes: List[str] = []
 
-    # -- processes --------------------------------------------------------------------
+    # -- the workers --------------------------------------------------------------------
 
     def spawn(self) -> Worker:
-        name = f"worker-{len(self.workers) + 1}"
-        stderr_path = os.path.join(self.workdir, f"{name}.stderr")
-        env = dict(os.environ)
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-        env["LEASECRON_STORE"] = self.url  # not in the arguments: any user of the host can read those
-        history = str(int(self.seconds * 1000 / EVERY_MS) + 100)  # keep every run of the demo
-        with open(stderr_path, "w") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "leasecron.cli.worker", "--runner", name]
-                + WORKER_OPTIONS + ["--history-size", history],
-                stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1, env=env,
-                start_new_session=True,  # a Ctrl-C in the terminal reaches the demo only; it stops them
-            )  # fmt: skip
-        worker = Worker(name, proc, stderr_path)
-        self.workers.append(worker)
-        threading.Thread(target=self._read, args=(worker,), name=f"demo-read-{name}", daemon=True).start()
-        return worker
-
-    def _read(self, worker: Worker) -> None:
-        assert worker.proc.stdout is not None
-        for line in worker.proc.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = {"event": "output", "text": line.rstrip(), "t": now_ms()}
-            self.events.put((worker, event))
-        code = worker.proc.wait()
-        self.events.put((worker, {"event": "exit", "code": code, "t": now_ms()}))
+        """Start one more worker."""
+        return self.processes.spawn()
 
     def restart(self, victim: Worker) -> None:
         new = self.spawn()
         self.say(f"restarting {victim.name} as {new.name} (pid {new.proc.pid})")
 
     def send(self, worker: Worker, signum: int, fate: str, slot_ms: Optional[int] = None) -> int:
-        worker.fate = fate
-        sent = now_ms()  # read before the signal: whatever the signal causes happens after it
-        try:
-            os.kill(worker.proc.pid, signum)
-        except ProcessLookupError:
-            pass
+        sent = self.processes.signal(worker, signum, fate)
         if slot_ms is not None:
             what = "it dies on the spot" if signum == signal.SIGKILL else "a graceful stop"
             self.say(f"{signal.Signals(signum).name} {worker.name} (pid {worker.proc.pid}) mid-job: {what}",
                      slot_ms, t=sent)  # fmt: skip
         return sent
-
-    def alive(self) -> List[Worker]:
-        return [w for w in self.workers if not w.exited]
 
     def say(self, text: str, slot_ms: Optional[int] = None, t: Optional[int] = None) -> None:
         self.out.add(now_ms() if t is None else t, "demo", slot_ms, "=> " + text)
@@ -169,20 +118,24 @@ class Demo:
             if ending_deadline is not None and mono >= ending_deadline:
                 self.notes.append("no quiet moment between runs came: the workers were stopped while a run was live")
                 break
-        self.say(f"time is up: SIGTERM to every worker ({', '.join(w.name for w in self.alive())})")
+        self.say(f"time is up: SIGTERM to every worker ({', '.join(w.name for w in self.processes.alive())})")
         self.stop_all()
         self.out.flush(everything=True)
-        return report(self.record())
+        return self.report()
 
-    def record(self) -> DemoRecord:
-        """What the report needs of this demo."""
+    def report(self) -> int:
+        """Print the stored runs, the stories and the verdict; return the verdict's exit code."""
+        stored = stored_runs(self.url, self.launch_ms)
         marks = {}
         stories = [(self.kill, "SIGKILLed"), (self.term, "SIGTERMed")]
         for story, what in stories:
             if story is not None and story.signal_ms is not None:
                 marks[story.slot_ms] = f"<- {story.victim.name} {what} mid-job"
         summaries = [story.summary for story, _ in stories if story is not None and story.summary]
-        return DemoRecord(self.url, self.launch_ms, self.seconds, self.log, marks, summaries, self.notes)
+        print_report(stored, marks, summaries, self.notes)
+        verdict = judge(self.log, stored)
+        print_verdict(verdict, self.seconds)
+        return verdict.exit_code
 
     def pump(self, wait_s: float) -> None:
         try:
@@ -228,17 +181,9 @@ class Demo:
                 return f"process ended by {signal.Signals(-code).name}"
             if code != 0 or worker.fate not in ("terminated", "stopping"):
                 self.notes.append(f"{worker.name} exited on its own (code {code})")
-                return f"process exited with code {code}" + self.stderr_tail(worker)
+                return f"process exited with code {code}" + stderr_tail(worker)
             return None
         return event_text(ev)
-
-    def stderr_tail(self, worker: Worker) -> str:
-        try:
-            with open(worker.stderr_path) as f:
-                tail = f.read().strip().splitlines()[-5:]
-        except OSError:
-            return ""
-        return "".join(f"\n{'':<41}| {line}" for line in tail)
 
     def advance(self, worker: Worker, kind: Any, ev: Dict[str, Any], t: int, slot: Any, attempt: int) -> None:
         """Move the story on: pick a victim, then follow its slot to attempt 2."""
@@ -334,17 +279,19 @@ class Demo:
         return not self.active and done and 300 <= into <= EVERY_MS - 700
 
     def stop_all(self) -> None:
-        for worker in self.alive():
+        alive = self.processes.alive
+        for worker in alive():
             if worker.fate == "":  # a victim of the story got its signal already
                 self.send(worker, signal.SIGTERM, "stopping")
         deadline = time.monotonic() + 15
-        while self.alive() and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline:
             self.pump(0.05)
-        for worker in self.alive():
+        for worker in alive():
             self.notes.append(f"{worker.name} did not stop within 15 s of SIGTERM: killed")
             worker.proc.kill()
-        while self.alive():
+        while alive():
             self.pump(0.05)
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``leasecron demo [--seconds N] [--store URL]``."""
@@ -369,15 +316,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         demo.out.flush(everything=True)
         raise
     finally:
-        for worker in demo.alive():
-            if worker.proc.poll() is None:
-                worker.proc.terminate()
-        for worker in demo.workers:
-            try:
-                worker.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                worker.proc.kill()
-                worker.proc.wait()
+        demo.processes.end()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,43 +1,43 @@
-"""The demo's set-up and what it prints while it runs: the workers' options, the legend, and
-one line per worker event, printed in time order across the processes."""
+"""What ``leasecron demo`` prints: the legend, one line per worker event while it runs, and at
+the end the stored runs, the stories and the verdict.
+
+The event lines of several processes are printed in time order: each is held back
+:data:`HOLD_MS` for a line of another process that happened earlier and arrives later.
+Times are this host's local time of day to the millisecond (:func:`clock`).
+"""
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple
 
-from .demo_report import EVERY_MS, JOB, clock
+from ..runs import Run
+from .demo_plan import (
+    EVERY_MS,
+    HANDOVER_BOUND_MS,
+    JOB,
+    TAKEOVER_BOUND_MS,
+    WORK_S,
+    WORKER_OPTIONS,
+    WORKERS,
+    now_ms,
+)
+from .demo_verdict import Verdict
+from .tables import format_table
 
-__all__ = ["WORKERS", "WORKER_OPTIONS", "Printer", "event_text", "now_ms", "print_legend"]
+__all__ = ["HOLD_MS", "Printer", "clock", "event_text", "print_legend", "print_report", "print_verdict"]
 
-WORK_S = 0.6
-LEASE_MS = 1_000
-HEARTBEAT_MS = 150
-JITTER_MS = 200
-WORKERS = 3
-#: The worker options. ``--overlap allow``: a takeover run starts up to lease +
-#: 2 x heartbeat after its slot and works 0.6 s, so it may still be running when
-#: the next slot is due; with ``skip`` that next slot would be skipped as an
-#: overlap, and the demo's claim is that *every* slot runs exactly once.
-WORKER_OPTIONS = [
-    "--job", JOB, "--every", f"{EVERY_MS / 1000:g}", "--work", f"{WORK_S:g}",
-    "--lease-ms", str(LEASE_MS), "--heartbeat-ms", str(HEARTBEAT_MS),
-    "--jitter-ms", str(JITTER_MS), "--overlap", "allow",
-]  # fmt: skip
-#: The SIGTERM comes this long after the victim's handler started: the other
-#: workers have sent their claims by then (jitter <= 200 ms) and are its backups,
-#: and 0.35 s of the handler's work remain for the stop to interrupt.
-TERM_DELAY_S = 0.25
-TAKEOVER_BOUND_MS = LEASE_MS + 2 * HEARTBEAT_MS
-HANDOVER_BOUND_MS = 2 * HEARTBEAT_MS
 HOLD_MS = 250  # lines wait this long so that lines from several processes print in time order
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def clock(ms: Optional[int]) -> str:
+    """``HH:MM:SS.mmm`` in local time."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S.") + f"{ms % 1000:03d}"
 
 
 @dataclass
@@ -48,10 +48,12 @@ class Printer:
     seq: "itertools.count[int]" = field(default_factory=itertools.count)
 
     def add(self, t: int, who: str, slot_ms: Optional[int], text: str) -> None:
+        """Hold the line of what ``who`` did at ``t`` about the slot ``slot_ms`` (if any)."""
         line = f"{clock(t)}  {who:<9}  {clock(slot_ms):<12}  {text}"
         heapq.heappush(self.heap, (t, next(self.seq), line))
 
     def flush(self, everything: bool = False) -> None:
+        """Print the lines held long enough (``everything``: every line held)."""
         limit = now_ms() - HOLD_MS
         while self.heap and (everything or self.heap[0][0] <= limit):
             print(heapq.heappop(self.heap)[2], flush=True)
@@ -103,3 +105,40 @@ def event_text(ev: Dict[str, Any]) -> Optional[str]:
         "output": f"said: {ev.get('text')}",
     }
     return texts.get(str(kind))
+
+
+def print_report(stored: Dict[int, Run], marks: Dict[int, str], summaries: List[str], notes: List[str]) -> None:
+    """The end of the demo: the ``stored`` runs, each slot the demo acted on with its mark, the
+    stories' summaries and any notes."""
+    print(f"\nStored runs of job {JOB!r}, read from the store after every worker stopped:")
+    rows = [
+        [clock(r.slot_ms), str(r.attempt), r.runner, r.status, r.reason, "yes" if r.handed_over else "no",
+         marks.get(r.slot_ms, "")]
+        for r in sorted(stored.values(), key=lambda r: r.slot_ms)
+    ]  # fmt: skip
+    headers = ["slot", "attempt", "runner", "status", "reason", "handed over", "what happened"]
+    for line in format_table(headers, rows, align="lr"):
+        print("  " + line)
+    print()
+    for summary in summaries:
+        print(summary)
+    for note in notes:
+        print(f"Note:      {note}")
+
+
+def print_verdict(verdict: Verdict, seconds: float) -> None:
+    """The last line: every slot ran exactly once, or the slots that did not and why."""
+    if not verdict.slots:
+        print(f"No slot came due in {seconds:g} s: nothing ran, nothing to check (try --seconds 30).")
+        return
+    slots = verdict.slots
+    span = f"{len(slots)} slots from {clock(slots[0])} to {clock(slots[-1])}"
+    if verdict.problems:
+        print(f"FAILED: not every slot ran exactly once: {len(verdict.problems)} of {span} did not:")
+        for slot, why in verdict.problems:
+            print(f"  {clock(slot)} ({'; '.join(why)})")
+        return
+    print(
+        f"OK: every slot ran exactly once: {span}, each with exactly one success event across the"
+        " workers' logs and stored as success."
+    )
