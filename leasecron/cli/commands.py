@@ -38,7 +38,7 @@ from ..cron import LeaseCron
 from .targets import load_cron
 from ..stores import Store, open_store
 from ..stores.checks import MAX_RECENT_JOBS
-from .tables import JobRow, format_table, job_dict, jobs_lines, runs_lines
+from .tables import JobRow, job_dict, jobs_lines, runs_lines
 
 __all__ = [
     "CHECK_PROBE_JOB",
@@ -49,7 +49,6 @@ __all__ = [
     "cmd_jobs",
     "cmd_run",
     "cmd_runs",
-    "format_table",
     "jobs_output",
     "load_cron",
     "reading",
