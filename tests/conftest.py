@@ -354,13 +354,9 @@ class PostgresBackend(Backend):
 
     def close(self) -> None:
         super().close()
-        import psycopg2
+        from tests import pg_servers
 
-        conn = psycopg2.connect(self.dsn())
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f"DROP SCHEMA IF EXISTS {self.namespace} CASCADE")
-        conn.close()
+        pg_servers.drop_schema(self.dsn(), self.namespace)
 
 
 class PostgresWriteBlocker(WriteBlocker):

@@ -333,6 +333,19 @@ class PgServer(ServerProcess):
         return f"PgServer({HOST}:{self._port}, data={self.data}, running={self.running})"
 
 
+def drop_schema(dsn: str, schema: str) -> None:
+    """``DROP SCHEMA IF EXISTS schema CASCADE`` on the server of ``dsn``, on a connection of its own."""
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        conn.close()
+
+
 @contextmanager
 def own_server() -> Iterator[PgServer]:
     """A PostgreSQL of the caller's own, in a fresh directory; stopped and removed at the end.

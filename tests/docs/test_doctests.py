@@ -19,6 +19,7 @@ import pytest
 
 import leasecron
 from tests.conftest import SERVERS
+from tests.pg_servers import drop_schema
 from tests.docs.readme_examples import DOCS
 
 PAGES: List[str] = sorted(page.name for page in DOCS.glob("*.rst") if ">>> " in page.read_text(encoding="utf-8"))
@@ -42,16 +43,8 @@ def _on_the_session_servers(text: str) -> str:
 
 
 def _drop_schema() -> None:
-    import psycopg2
-
     host, port, dbname = SERVERS.postgres()
-    conn = psycopg2.connect(host=host, port=port, dbname=dbname)
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    finally:
-        conn.close()
+    drop_schema(f"postgresql://{host}:{port}/{dbname}", SCHEMA)
 
 
 def test_the_docs_have_doctests() -> None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 from leasecron import Context, Event, LeaseCron, Run, Store
 from leasecron.controls import ManualRequest
@@ -145,6 +146,28 @@ def waiting_on_its_signal(cron: LeaseCron, name: str = "job") -> Tuple[Recorder,
     calls = Calls()
     cron.add_job(handler(cron.store, calls, lambda ctx: ctx.signal.wait(5)), HOURLY, name=name)
     return rec, calls
+
+
+@contextmanager
+def running_hourly(
+    store: Store, body: Callable[[Context], Any], lease_ms: int, heartbeat_ms: int, go: threading.Event
+) -> Iterator[Tuple[LeaseCron, Seen, Calls]]:
+    """Instance "a", started on ``store``, whose hourly job ``job`` runs ``body`` at once (catch-up):
+    the instance, its events, the handler's calls. At exit ``go`` (the handler's gate) is set, the
+    instance stopped and ``store`` closed."""
+    cron = LeaseCron(
+        store, runner="a", lease_ms=lease_ms, heartbeat_ms=heartbeat_ms, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR
+    )
+    seen = Seen(cron)
+    calls = Calls()
+    cron.add_job(handler(store, calls, body), HOURLY, name="job")
+    try:
+        cron.start()
+        yield cron, seen, calls
+    finally:
+        go.set()
+        cron.stop(timeout=2)
+        store.close()
 
 
 def fence(other: Store, ctx: Context) -> None:

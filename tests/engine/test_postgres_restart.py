@@ -39,14 +39,7 @@ from leasecron import (
 )
 from tests import pg_servers
 from tests.conftest import SERVERS
-from tests.engine.support import (
-    CATCH_UP_HOUR,
-    HOURLY,
-    Calls,
-    Seen,
-    handler,
-    stored,
-)
+from tests.engine.support import Seen, running_hourly, stored
 from tests.helpers import wait_for
 
 T = TypeVar("T")
@@ -109,12 +102,6 @@ def live_run(url: str, observer_url: str, lease: int, monkeypatch: pytest.Monkey
         default_hook(args)
 
     monkeypatch.setattr(threading, "excepthook", hook)
-    store = open_store(url)
-    cron = LeaseCron(
-        store, runner="a", lease_ms=lease, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR
-    )
-    seen = Seen(cron)
-    calls = Calls()
     go = threading.Event()
     handler_saw: List[Optional[str]] = []
 
@@ -124,17 +111,10 @@ def live_run(url: str, observer_url: str, lease: int, monkeypatch: pytest.Monkey
                 break
         handler_saw.append(ctx.signal.reason)
 
-    cron.add_job(handler(store, calls, body), HOURLY, name=JOB)
-    observer = open_store(observer_url)
-    try:
-        cron.start()
-        ctx = calls.wait(1, timeout=5)[0]
-        yield Live(cron, seen, ctx, observer, go, handler_saw, thread_errors)
-    finally:
-        go.set()
-        cron.stop(timeout=2)
-        store.close()
-        observer.close()
+    with open_store(observer_url) as observer:
+        with running_hourly(open_store(url), body, lease, HEARTBEAT, go) as (cron, seen, calls):
+            ctx = calls.wait(1, timeout=5)[0]
+            yield Live(cron, seen, ctx, observer, go, handler_saw, thread_errors)
 
 
 def _pids(conn: Any, application_name: str) -> Set[int]:
@@ -194,11 +174,7 @@ def test_terminated_sessions_do_not_end_the_run(monkeypatch: pytest.MonkeyPatch)
             _finishes_as_attempt_1(live)
     finally:
         admin.close()
-        cleanup = psycopg2.connect(host=host, port=port, dbname=dbname)
-        cleanup.autocommit = True
-        with cleanup.cursor() as cur:
-            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        cleanup.close()
+        pg_servers.drop_schema(f"postgresql://{host}:{port}/{dbname}", schema)
 
 
 # -- a server of the test's own ------------------------------------------------------------------------

@@ -25,22 +25,14 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import pytest
 
 from leasecron import Context, LeaseCron, Run, Store, open_store
 from tests import servers
 from tests.conftest import unavailable
-from tests.engine.support import (
-    CATCH_UP_HOUR,
-    HOURLY,
-    Calls,
-    Seen,
-    align,
-    handler,
-    stored,
-)
+from tests.engine.support import CATCH_UP_HOUR, HOURLY, Calls, Seen, align, running_hourly, stored
 from tests.helpers import wait_for
 
 LEASE = 1_000  # ms
@@ -137,29 +129,29 @@ def live_run(server: servers.Server, kind: str, body: Callable[[Context, threadi
     The run's first renewal has been seen in the store when this yields. At exit the gate
     opens and everything this started stops.
     """
-    observer = open_store(store_url(server, kind, socket_timeout=2))
-    store = open_store(store_url(server, kind, socket_timeout=0.2))
     go = threading.Event()
-    cron = LeaseCron(
-        store, runner="a", lease_ms=LEASE, heartbeat_ms=HEARTBEAT, jitter_ms=0, catch_up_ms=CATCH_UP_HOUR
-    )
-    try:
+    with open_store(store_url(server, kind, socket_timeout=2)) as observer:
         # the hourly slot must not change while the test runs: no new slot fires meanwhile
         align(observer, HOUR_MS, 1_000, HOUR_MS - 30_000)
-        seen = Seen(cron)
-        calls = Calls()
-        cron.add_job(handler(store, calls, lambda ctx: body(ctx, go)), HOURLY, name="job")
-        cron.start()
-        ctx = calls.wait(1, timeout=3)[0]
-        assert ctx.attempt == 1 and ctx.reason == "catch-up"
-        first = stored(observer, "job", ctx.slot_ms).lease_end_ms
-        wait_for(lambda: stored(observer, "job", ctx.slot_ms).lease_end_ms > first, 2, message="no renewal seen")
-        yield Live(server, cron, seen, ctx, calls, observer, go)
-    finally:
-        go.set()
-        cron.stop(timeout=2)
-        store.close()
-        observer.close()
+        store = open_store(store_url(server, kind, socket_timeout=0.2))
+        with running_hourly(store, lambda ctx: body(ctx, go), LEASE, HEARTBEAT, go) as (cron, seen, calls):
+            ctx = calls.wait(1, timeout=3)[0]
+            assert ctx.attempt == 1 and ctx.reason == "catch-up"
+            first = stored(observer, "job", ctx.slot_ms).lease_end_ms
+            wait_for(lambda: stored(observer, "job", ctx.slot_ms).lease_end_ms > first, 2, message="no renewal seen")
+            yield Live(server, cron, seen, ctx, calls, observer, go)
+
+
+def noting_why_aborted() -> Tuple[List[Optional[str]], Callable[[Context, threading.Event], None]]:
+    """A handler body (for :func:`live_run`) that waits up to 10 s for its signal and notes why it
+    was aborted: the notes, and the body."""
+    reasons: List[Optional[str]] = []
+
+    def body(ctx: Context, go: threading.Event) -> None:
+        ctx.signal.wait(10)
+        reasons.append(ctx.signal.reason)
+
+    return reasons, body
 
 
 def instance_is_working(cron: LeaseCron, seen: Seen) -> Run:
@@ -218,12 +210,7 @@ def test_persistent_server_down_longer_than_the_lease_the_run_is_lost_then_taken
     deadline (lost, the handler's signal aborts), never finishes the run, and once the server is
     back a second instance takes the expired run over as attempt 2 and records its success."""
     server = make_server(True)
-    reasons: List[Optional[str]] = []
-
-    def body(ctx: Context, go: threading.Event) -> None:
-        ctx.signal.wait(10)
-        reasons.append(ctx.signal.reason)
-
+    reasons, body = noting_why_aborted()
     with live_run(server, kind, body) as t:
         killed = time.monotonic()
         server.kill()
@@ -274,12 +261,7 @@ def test_server_without_persistence_restarted_within_the_lease_the_run_is_lost(
     heartbeat is refused (the store forgot the run), the instance reports the run lost and does
     not crash, and new runs are claimed and recorded on the restarted server."""
     server = make_server(False)
-    reasons: List[Optional[str]] = []
-
-    def body(ctx: Context, go: threading.Event) -> None:
-        ctx.signal.wait(10)
-        reasons.append(ctx.signal.reason)
-
+    reasons, body = noting_why_aborted()
     with live_run(server, kind, body) as t:
         killed = time.monotonic()
         server.kill()

@@ -792,11 +792,7 @@ def test_durability_warnings_name_fsync_off(own_server: pg_servers.PgServer) -> 
             assert system.durability_warnings() == []
         finally:
             system.close()
-            conn = psycopg2.connect(host=host, port=port, dbname=dbname)
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-            conn.close()
+            pg_servers.drop_schema(f"postgresql://{host}:{port}/{dbname}", schema)
 
 
 @pytest.mark.processes
