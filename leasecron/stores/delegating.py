@@ -1,36 +1,10 @@
-"""A store that passes every call on to another: the base of wrappers that observe calls.
+"""A store that passes every call on to another: :class:`DelegatingStore`, the base of wrappers.
 
-:class:`DelegatingStore` implements the whole :class:`~leasecron.Store`
-contract by calling the same method of an *inner* store, with the same
-arguments, and returning its answer (or letting its exception through)
-unchanged. Its public methods are :class:`~leasecron.Store`'s: they check
-the arguments, once, and call the protected methods (``_claim``,
-``_heartbeat``, ...), which this class passes on to the inner store's
-protected methods, so that nothing is checked twice. A wrapper subclasses
-it and overrides only the protected methods it watches, calling
-``super()``::
-
-    class TimedStore(DelegatingStore):
-        def _claim(self, request: ClaimRequest) -> Claim:
-            began = time.perf_counter()
-            try:
-                return super()._claim(request)
-            finally:
-                claim_seconds.observe(time.perf_counter() - began)
-
-    cron = LeaseCron(TimedStore(open_store(url)))
-
-The wrapper is the store the engine sees, so it sees every call an instance
-makes. What it forwards: every operation of the contract (``now_ms``,
-``claim``, ``claim_many``, ``heartbeat``, ``finish``, ``release``, ``pause``,
-``resume``, ``job_state``, ``job_states``, ``request_run``,
-``pending_requests``, ``get_run``, ``unfinished``, ``runs``, ``recent_runs``,
-``jobs``, ``close``), the ``check`` helpers
-(``server_version``, ``durability_warnings``) and ``kind``. A backend's own
-attributes (say a ``RedisStore``'s ``client``) are not forwarded, so that a
-type checker still catches a misspelt name: read them from
-:attr:`DelegatingStore.inner`. ``repr()`` shows the wrapper around the inner
-store's.
+A wrapper subclasses it and overrides only the protected methods it watches (``_claim``,
+``_heartbeat``, ...), calling ``super()``. The one idea: the public methods check the arguments
+once, as every :class:`~leasecron.Store`'s do, and the protected ones pass them on to the inner
+store's protected methods, so nothing is checked twice. ``docs/stores.rst`` (Wrapping a store)
+shows a wrapper.
 """
 
 from __future__ import annotations
@@ -46,7 +20,15 @@ __all__ = ["DelegatingStore"]
 
 
 class DelegatingStore(Store):
-    """Every :class:`~leasecron.Store` operation passed on unchanged to ``inner``."""
+    """Every :class:`~leasecron.Store` operation passed on unchanged to ``inner``.
+
+    Each call goes to the same method of ``inner`` with the same arguments, and its answer (or
+    its exception) comes back unchanged: every operation of the contract, ``close``, the
+    ``check`` helpers (``server_version``, ``durability_warnings``) and ``kind``. A backend's
+    own attributes (say a ``RedisStore``'s ``client``) are not forwarded, so that a type checker
+    still catches a misspelt name: read them from :attr:`inner`. ``repr()`` shows the wrapper
+    around the inner store's.
+    """
 
     def __init__(self, inner: Store) -> None:
         if not isinstance(inner, Store):

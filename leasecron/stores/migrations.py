@@ -1,18 +1,12 @@
 """The schema migrations of the SQL stores, one file each, and the one runner that applies them.
 
-``sql/<dialect>/NNNN_<what>.sql`` (package data) is migration ``NNNN`` of a
-dialect: it brings a schema stamped version ``NNNN - 1`` to version
-``NNNN``, and the latest number is the version a release writes. A store
-applies, in order, the migrations above the version stamped in its
-``<table>_meta`` table, inside the lock and transaction in which it creates
-its schema, and stamps the latest version (:func:`migrate`).
-
-A released migration is never edited: a change of the schema is a file of
-its own. A PL/pgSQL function is never replaced in place either: its name
-carries the number of the migration that created it (``{table}_claim_v2`` by
-migration 2; migration 1's carry none), so that instances of an older
-release, which call the function of their own version, keep working while
-a newer release runs beside them.
+``sql/<dialect>/NNNN_<what>.sql`` (package data) is migration ``NNNN`` of a dialect: it brings a
+schema of version ``NNNN - 1`` to ``NNNN``, and the last number is the version a release writes.
+A store applies, in order, those above the version stamped in its ``<table>_meta``, inside the
+lock and transaction in which it creates its schema (:func:`migrate`). The one idea: a released
+migration is never edited, and a PL/pgSQL function never replaced in place (its name carries the
+number of the migration that created it: ``{table}_claim_v2`` by migration 2, none for migration
+1), so instances of an older release keep working beside a newer one.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The PostgreSQL store's connections: a fork-safe pool, and cursors whose statements cannot hang.
 
-:class:`Pool` holds at most ``size`` of the store's own connections to a DSN
-(a caller waits for a free one, for at most :data:`POOL_WAIT_S`); a forked
-child's pools start empty, with fresh locks. They are psycopg2
-*asynchronous* connections (always autocommit, which is all the store
-needs): :class:`Cursor` waits for each statement's answer with ``select()``
-on the socket (:func:`wait`), for at most the store's ``timeout``. A
-statement with no answer by then (a stalled network, a server that accepts
-bytes and never answers, a lock held elsewhere) closes its connection and
-raises :class:`~leasecron.StoreUnavailable`. TCP keepalives and
-``tcp_user_timeout`` (:func:`with_defaults`) cannot catch a peer whose kernel
-still acknowledges every byte (a hung server, a stuck proxy); the deadline
-does. Connections from a pool the caller passes in are the caller's: they
-are used as they are, blocking, without that deadline.
-
-:func:`pooled_cursor` lends a cursor for one operation and discards a
-connection that failed; :func:`store_error` turns a psycopg2 error into a
-:class:`~leasecron.StoreError`, or a :class:`~leasecron.StoreUnavailable`
-for the failures worth retrying.
+The store's own connections are psycopg2 *asynchronous* connections (always autocommit, which is
+all the store needs): :class:`Cursor` waits for each statement's answer with ``select()`` on the
+socket (:func:`wait`) for at most the store's ``timeout``, then closes the connection and raises
+:class:`~leasecron.StoreUnavailable`. The one idea: keepalives and ``tcp_user_timeout``
+(:func:`with_defaults`) cannot catch a peer whose kernel still acknowledges every byte (a hung
+server, a stuck proxy); the deadline does. A pool the caller passes in is used as it is,
+blocking, without that deadline.
 """
 
 from __future__ import annotations
@@ -67,7 +56,8 @@ POOL_WAIT_S = 10.0
 
 
 class Pool:
-    """At most ``size`` connections to ``dsn``, handed out one caller at a time.
+    """At most ``size`` connections to ``dsn``, handed out one caller at a time (a caller waits
+    for a free one for at most :data:`POOL_WAIT_S`).
 
     A forked child's pools start empty, with fresh locks (``os.register_at_fork``).
     """
@@ -256,6 +246,8 @@ _AUTH_REFUSALS = ("authentication failed", "role \"", "no pg_hba.conf entry", "n
 
 
 def store_error(psycopg2: Any, exc: Exception, doing: str) -> StoreError:
+    """The store's error for psycopg2's ``exc`` while ``doing``: :class:`~leasecron.StoreUnavailable`
+    for the failures worth retrying, else :class:`~leasecron.StoreError`."""
     text = f"PostgreSQL {doing}: {type(exc).__name__}: {str(exc).strip()}"
     if isinstance(exc, psycopg2.OperationalError) and getattr(exc, "pgcode", None) is None:
         message = str(exc)

@@ -1,36 +1,11 @@
 """PostgresStore: the store contract on PostgreSQL, through psycopg2.
 
-Each operation that writes is one statement calling a PL/pgSQL function
-(created by the migrations, ``stores/sql/postgres/NNNN_*.sql``), on a
-connection in autocommit mode: one round trip, one transaction. The function
-first takes a transaction-level advisory lock on the job (so operations on
-one job are serialised across every instance, and the overlap and newer-slot
-checks see a settled state; an advisory lock writes nothing, so a claim that
-only reads commits without flushing the WAL), then reads
-``clock_timestamp()``, so every lease comparison uses the server's clock and
-the order of the operations and of their clocks agree.
-
-The schema (``schema`` option, default ``public``) holds ``<table>`` (the
-runs, each with its attempts as ``jsonb``), ``<table>_jobs`` (a row per job:
-its finished runs and its pause), ``<table>_requests`` (the requests for
-manual runs, with a partial index of the pending ones), ``<table>_meta`` (the
-schema version) and the functions (``<table>_claim_v3`` and so on: a
-function's name carries the number of the migration that created it, see
-:mod:`leasecron.stores.migrations`). It is
-created on first use and migrated by version under a transaction-level
-advisory lock, by any role that may create tables in the schema: no
-superuser, no extension. A store opened with ``create=False`` never creates
-or migrates anything: it fails, naming what is missing, on a database
-without the schema or the tables, and reads an older schema as it is.
-
-Connections come from a small thread-safe pool of the store's own (at most
-``max_connections``) or from a psycopg2 pool the caller passes
-(:mod:`leasecron.stores.pg_connections`). A connection that failed (the
-server restarted, the backend was terminated) is discarded, and the error
-raised as :class:`~leasecron.StoreUnavailable`, which the engine retries,
-with tenacity, only while the answer matters; the next call opens a new
-connection. No statement on the store's own connections waits longer than
-``timeout`` seconds (default 5) for its answer.
+Each operation that writes is one statement calling a PL/pgSQL function of the migrations
+(``stores/sql/postgres/NNNN_*.sql``) on an autocommit connection: one round trip, one
+transaction. The function takes a transaction-level advisory lock on the job, then reads
+``clock_timestamp()``: the operations on one job are serialised across every instance, and every
+lease is compared on the server's clock. The connections are
+:mod:`leasecron.stores.pg_connections`; ``docs/design.rst`` (The stores) says the rest.
 """
 
 from __future__ import annotations

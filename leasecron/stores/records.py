@@ -1,25 +1,11 @@
-"""What a store keeps of a run, and the token of an attempt.
+"""What a store keeps of a run (:class:`Record`), how it is read back, and the token of an attempt.
 
-A :class:`Record` is a run as a store keeps it: the fields of a
-:class:`~leasecron.Run` and the hand-over state, ``released`` (the current
-attempt's lease was released and can no longer be renewed) and ``handovers``
-(how many attempts ended by a release). An expired run has had ``attempt``
-attempts end, of which ``attempt - handovers`` ended by a dead runner; only
-those count against ``max_attempts``.
-
-:func:`read_record` reads one back field by field, whatever the backend
-(SQLite rows, PostgreSQL rows, Redis JSON), so that a record that was
-tampered with is a :class:`~leasecron.StoreError` naming its run.
-
-A record also holds its attempts (rule 20 of ``docs/protocol.rst``): the
-methods :meth:`Record.begin_attempt`, :meth:`Record.end_attempt` and
-:meth:`Record.close_attempt` are the transitions the Python stores make
-(Redis and PostgreSQL make the same in Lua and PL/pgSQL), and
-:func:`attempts_json` the JSON every store keeps them as: an array of
-objects ``{"number", "runner", "reason", "started_ms", "ended_ms",
-"outcome", "error"}``, oldest first, the newest ``MAX_ATTEMPTS_KEPT``. A run
-stored before attempts were recorded (0.1) reads as one attempt made of its
-own fields.
+A :class:`Record` is a :class:`~leasecron.Run` with its hand-over state; its methods are the
+transitions of the attempts (rule 20 of ``docs/protocol.rst``) that the Python stores make, as
+Redis and PostgreSQL make them in Lua and PL/pgSQL, and :func:`attempts_json` the JSON every
+store keeps the attempts as. :func:`read_record` reads a record back field by field, whatever
+the backend (SQLite rows, PostgreSQL rows, Redis JSON), so that a record that was tampered with
+is a :class:`~leasecron.StoreError` naming its run.
 """
 
 from __future__ import annotations
@@ -66,7 +52,13 @@ def new_token() -> str:
 
 @dataclasses.dataclass
 class Record:
-    """A run as a store keeps it: a :class:`~leasecron.Run` plus the hand-over state (see above)."""
+    """A run as a store keeps it: the fields of a :class:`~leasecron.Run` and the hand-over state.
+
+    ``released``: the current attempt's lease was released and can no longer be renewed;
+    ``handovers``: how many attempts ended by a release. An expired run has had ``attempt``
+    attempts end, of which ``attempt - handovers`` ended by a dead runner; only those count
+    against ``max_attempts``.
+    """
 
     job: str
     slot_ms: int
@@ -248,7 +240,9 @@ def stored_attempts_json(record: Record) -> Optional[str]:
 
 
 def attempts_json(attempts: Tuple[Attempt, ...]) -> str:
-    """The JSON text a store keeps ``attempts`` as: an array of objects, oldest first."""
+    """The JSON text a store keeps ``attempts`` as: an array of objects ``{"number", "runner",
+    "reason", "started_ms", "ended_ms", "outcome", "error"}``, oldest first, the newest
+    ``MAX_ATTEMPTS_KEPT``."""
     return _ENCODER.encode(
         [
             {

@@ -1,20 +1,12 @@
-"""The lease rules written once, for the stores that run them in Python.
+"""The lease rules written once, for the stores that run them in Python (memory, SQLite).
 
 :class:`TableStore` carries out every operation of the store contract on a
-:class:`~leasecron.stores.table.Table`: a handful of reads and writes that a
-backend performs inside one atomic section (the memory store under a lock,
-SQLite inside ``BEGIN IMMEDIATE``), of the runs, each job's pause and its
-requests for manual runs. The decisions themselves live here, once, each
-tagged with the number of the rule it carries out (``docs/protocol.rst``,
-and the docstrings of :class:`~leasecron.Store`).
-
-Redis (``claim.lua``) and PostgreSQL (the claim function of its migrations)
-state the same rules in their own language, with the same tags; the shared
-conformance suite proves all of them alike.
-
-What a store keeps of a run, :class:`~leasecron.stores.records.Record`, and
-the token maker live in :mod:`leasecron.stores.records`, and ``Table`` in
-:mod:`leasecron.stores.table`; they are importable from here too.
+:class:`~leasecron.stores.table.Table`, the reads and writes a backend performs inside one
+atomic section (the memory store under a lock, SQLite inside ``BEGIN IMMEDIATE``). The decisions
+live here, once, each tagged with the number of the rule it carries out (``docs/protocol.rst``);
+Redis (``claim.lua``) and PostgreSQL (its migrations) state the same rules in their own language,
+with the same tags, and the conformance suite proves all of them alike. :class:`Record`,
+:func:`new_token` (:mod:`leasecron.stores.records`) and :class:`Table` are importable from here.
 """
 
 from __future__ import annotations

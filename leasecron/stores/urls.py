@@ -1,18 +1,11 @@
 """Store URLs in messages: every password masked.
 
-A store URL (or a libpq ``key=value`` DSN) may hold a password in three
-places: the user part (``redis://user:secret@host``), a query parameter
-(``?password=secret``, also ``sslpassword``) and, in a DSN, a
-``password=secret`` keyword. :func:`masked_url` replaces each with ``***``;
-every message, log line and ``repr`` that shows a store URL shows it
-through that function. :func:`without_secrets` removes the same passwords
-from another text, such as a driver's error message, which may quote part
-of the URL it failed to read (libpq: ``invalid percent-encoded token:
-"secret%zz"``).
-
-A password with a character a URL must escape (``/``, ``?``, ``#``) is read
-as far as the URL's last ``@``: a URL that cannot be read as written is
-masked too much rather than too little.
+A store URL (or a libpq ``key=value`` DSN) may hold a password in its user part, in a
+``password`` or ``sslpassword`` query parameter and, in a DSN, as ``password=``.
+:func:`masked_url` replaces each with ``***``, and every message, log line and ``repr`` that
+shows a store URL shows it through that function; :func:`without_secrets` removes the same
+passwords from another text, such as a driver's error message quoting the URL. The one idea: a
+URL that cannot be read as written is masked too much rather than too little.
 """
 
 from __future__ import annotations
@@ -60,7 +53,8 @@ def masked_url(url: str) -> str:
     """``url`` with every password it holds replaced by ``***``, for messages, logs and ``repr``.
 
     ``redis://user:***@host:6379/0``, ``postgresql://db/app?password=***``,
-    ``host=db password=*** dbname=app``.
+    ``host=db password=*** dbname=app``. A password with a character a URL must escape (``/``,
+    ``?``, ``#``) is read as far as the URL's last ``@``.
     """
     parts, end = [], 0
     for start, stop in _secret_spans(url):
@@ -72,7 +66,8 @@ def masked_url(url: str) -> str:
 def without_secrets(text: str, url: str) -> str:
     """``text`` with every password of ``url`` replaced by ``***``, as written in the URL and decoded.
 
-    For a driver's error message about ``url``, which may quote part of it.
+    For a driver's error message about ``url``, which may quote part of it (libpq: ``invalid
+    percent-encoded token: "secret%zz"``).
     """
     secrets: Set[str] = set()
     for start, stop in _secret_spans(url):
