@@ -17,7 +17,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..controls import JobState, ManualRequest
@@ -264,6 +264,17 @@ def _request(row: sqlite3.Row) -> ManualRequest:
     return read_request(row["job"], dict(row))  # StoreError if it was tampered with
 
 
+def _statement(name: str, *params: str) -> Callable[..., None]:
+    """A write of :class:`~leasecron.stores.table.Table` that is the named query ``name``: its
+    arguments, given by position, are the query's parameters ``params``."""
+
+    def write(table: SQLiteTable, *args: Any) -> None:
+        table._rows(name, **dict(zip(params, args)))
+
+    write.__name__ = write.__qualname__ = name
+    return write
+
+
 class SQLiteTable(Table):
     """The reads and writes of the rules in one transaction on ``conn``, by the named ``queries``.
 
@@ -319,11 +330,8 @@ class SQLiteTable(Table):
     def update(self, record: Record) -> None:
         self._rows("update", **_row(record))
 
-    def renew(self, job: str, slot_ms: int, lease_end_ms: int) -> None:
-        self._rows("renew", job=job, slot_ms=slot_ms, lease_end_ms=lease_end_ms)
-
-    def prune(self, job: str, keep: int, horizon_ms: int) -> None:
-        self._rows("prune", job=job, keep=keep, horizon_ms=horizon_ms)
+    renew = _statement("renew", "job", "slot_ms", "lease_end_ms")
+    prune = _statement("prune", "job", "keep", "horizon_ms")
 
     def pause(self, job: str) -> Optional[JobState]:
         row = self._rows("get_pause", job=job).fetchone()
@@ -335,8 +343,7 @@ class SQLiteTable(Table):
     def set_pause(self, state: JobState) -> None:
         self._rows("set_pause", job=state.job, paused_by=state.paused_by, paused_ms=state.paused_ms, note=state.note)
 
-    def clear_pause(self, job: str) -> None:
-        self._rows("clear_pause", job=job)
+    clear_pause = _statement("clear_pause", "job")
 
     def request(self, job: str, slot_ms: int) -> Optional[ManualRequest]:
         row = self._rows("get_request", job=job, slot_ms=slot_ms).fetchone()
@@ -351,8 +358,5 @@ class SQLiteTable(Table):
     def add_request(self, request: ManualRequest) -> None:
         self._rows("add_request", **vars(request))
 
-    def end_request(self, job: str, slot_ms: int, state: str) -> None:
-        self._rows("end_request", job=job, slot_ms=slot_ms, state=state)
-
-    def prune_requests(self, job: str, keep: int, now_ms: int) -> None:
-        self._rows("prune_requests", job=job, keep=keep, now_ms=now_ms)
+    end_request = _statement("end_request", "job", "slot_ms", "state")
+    prune_requests = _statement("prune_requests", "job", "keep", "now_ms")

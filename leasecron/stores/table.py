@@ -71,7 +71,8 @@ class Table(abc.ABC):
 
     @abc.abstractmethod
     def update(self, record: Record) -> None:
-        """Store the changed fields of an existing record."""
+        """Store an existing record as it is now: its job, slot and ``manual`` never change, any
+        other field may (a next attempt, an interruption, a finish, a release)."""
 
     @abc.abstractmethod
     def renew(self, job: str, slot_ms: int, lease_end_ms: int) -> None:
@@ -97,7 +98,8 @@ class Table(abc.ABC):
 
     @abc.abstractmethod
     def set_pause(self, state: JobState) -> None:
-        """Keep ``state`` as the pause of its job, in place of any before."""
+        """Keep ``state`` as the pause of its job, in place of any before (rule 18: a pause of a
+        paused job replaces who paused it, when and why)."""
 
     @abc.abstractmethod
     def clear_pause(self, job: str) -> None:
@@ -107,7 +109,8 @@ class Table(abc.ABC):
 
     @abc.abstractmethod
     def request(self, job: str, slot_ms: int) -> Optional[ManualRequest]:
-        """The request of ``job`` at ``slot_ms``, as stored."""
+        """The request of ``job`` at ``slot_ms``, as stored: a pending one whose time ran out is
+        stored as pending, and only read as ``expired``, by the rules."""
 
     @abc.abstractmethod
     def requests(self, job: Optional[str]) -> List[ManualRequest]:
