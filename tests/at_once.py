@@ -11,14 +11,28 @@ of the module (:meth:`StartedAtOnce.close`).
 from __future__ import annotations
 
 import subprocess
-from typing import Any, Dict, Generic, List, Tuple, TypeVar, Union
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Dict, Generic, List, Optional, Tuple, Type, TypeVar, Union
 
 import pytest
 
-__all__ = ["StartedAtOnce", "stop_process", "wait_or_fail"]
+__all__ = ["StartedAtOnce", "ended", "start_logged", "stop_process", "wait_or_fail"]
 
 #: What a start gives its test: the process first, then whatever the test needs with it.
 Started = TypeVar("Started", bound=Tuple[Any, ...])
+
+
+def start_logged(argv: List[str], out: Path, **popen: Any) -> "subprocess.Popen[str]":
+    """Start ``argv``, its stdout and stderr written to the files ``stdout`` and ``stderr`` in ``out``."""
+    with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
+        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, **popen)
+
+
+def ended(proc: "subprocess.Popen[str]", out: Path) -> "subprocess.CompletedProcess[str]":
+    """``proc``, which has ended, with what :func:`start_logged` wrote into ``out``."""
+    stdout, stderr = ((out / name).read_text() for name in ("stdout", "stderr"))
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def stop_process(proc: "subprocess.Popen[str]", grace_s: float = 30) -> None:
@@ -46,7 +60,8 @@ class StartedAtOnce(Generic[Started]):
 
     A subclass gives :meth:`selected` (the keys of the copies this session runs, see
     :func:`tests.conftest.selected_items`) and :meth:`launch` (start one: the process first in
-    the tuple it returns); a test calls :meth:`started` for its own key.
+    the tuple it returns); a test calls :meth:`started` for its own key. A module-scoped fixture
+    yields one inside ``with``, which closes it at the end of the module.
     """
 
     def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -79,6 +94,14 @@ class StartedAtOnce(Generic[Started]):
             self._started[key] = self.launch(key)
         except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:  # raised in its own test
             self._started[key] = exc
+
+    def __enter__(self) -> "StartedAtOnce[Started]":
+        return self
+
+    def __exit__(
+        self, kind: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
 
     def close(self) -> None:
         """Stop every process still going (its test never waited for it)."""

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -22,7 +23,7 @@ from leasecron.cli import commands
 from leasecron.formatting import utc_time
 from leasecron.stores import Store
 
-from .at_once import StartedAtOnce, wait_or_fail
+from .at_once import StartedAtOnce, ended, start_logged, wait_or_fail
 from .cli_support import EXAMPLES, Process, copy_example, environment, parse_table
 from .docs.readme_examples import docs_text, shown_examples
 from .docs.samples import literal_blocks, shape
@@ -378,14 +379,24 @@ def test_run_bad_targets(tmp_path: Path) -> None:
 INVOCATIONS = {"leasecron-run": ["-m", "leasecron", "run", "tasks:cron"], "python-tasks": ["tasks.py"]}
 
 
-def start_tasks(how: str, store_name: str, tmp_path: Path) -> "tuple[Process, Store, Optional[Backend]]":
+@contextmanager
+def tasks_running(how: str, store_name: str, tmp_path: Path) -> Iterator["tuple[Process, Store]"]:
     """examples/scripts/tasks.py, copied unchanged into tmp_path and run there, on its default
-    SQLite file or (``LEASECRON_STORE``) on a server backend; and a store handle on the same store."""
+    SQLite file or (``LEASECRON_STORE``) on a server backend; and a store handle on the same store.
+    At exit the process is killed (if it still runs) and the store closed."""
     copy_example("scripts/tasks.py", tmp_path)
     backend = BACKENDS[store_name](tmp_path) if store_name != "default" else None
     env = environment(backend.url() if backend else None)
     store = backend.open() if backend else leasecron.open_store(f"sqlite:///{tmp_path / 'leasecron.db'}")
-    return Process(INVOCATIONS[how], tmp_path, env), store, backend
+    proc = Process(INVOCATIONS[how], tmp_path, env)
+    try:
+        yield proc, store
+    finally:
+        proc.kill()
+        if backend is not None:
+            backend.close()
+        else:
+            store.close()
 
 
 def running_report(proc: Process, store: Store) -> "tuple[leasecron.Run, int]":
@@ -402,8 +413,7 @@ def test_example_script_warm_stop_hands_the_run_over(how: str, store_name: str, 
     """First SIGTERM while the example's handler runs: a warm stop. The handler's signal is aborted,
     it raises Aborted at its next batch, the run is handed over (released: a backup may take it at
     once), and the process exits 0."""
-    proc, store, backend = start_tasks(how, store_name, tmp_path)
-    try:
+    with tasks_running(how, store_name, tmp_path) as (proc, store):
         run, _ = running_report(proc, store)
         assert (run.status, run.attempt, run.handed_over) == ("running", 1, False)
         proc.signal(signal.SIGTERM)
@@ -413,12 +423,6 @@ def test_example_script_warm_stop_hands_the_run_over(how: str, store_name: str, 
         assert (after.status, after.attempt, after.token, after.handed_over) == ("running", 1, run.token, True)
         assert after.lease_end_ms <= store.now_ms(), "a handed-over run's lease ends at the release"
         assert "Traceback" not in proc.stderr()
-    finally:
-        proc.kill()
-        if backend is not None:
-            backend.close()
-        else:
-            store.close()
 
 
 @pytest.mark.timeout(90)
@@ -427,8 +431,7 @@ def test_example_script_second_sigterm_stops_at_once(store_name: str, tmp_path: 
     """A second SIGTERM while the warm stop waits for the handler: a cold stop. The process exits at
     once (the handler is mid-batch: 2 s of work it does not interrupt), leaving the run abandoned:
     still running, not handed over, its lease left to run out for a backup."""
-    proc, store, backend = start_tasks("leasecron-run", store_name, tmp_path)
-    try:
+    with tasks_running("leasecron-run", store_name, tmp_path) as (proc, store):
         run, line = running_report(proc, store)
         proc.signal(signal.SIGTERM)
         proc.wait_line(r"stopping", timeout=5, after=line)  # the first signal is being handled
@@ -442,12 +445,6 @@ def test_example_script_second_sigterm_stops_at_once(store_name: str, tmp_path: 
         assert after.lease_end_ms > store.now_ms(), "an abandoned run keeps its lease until it runs out"
         assert not re.search(r"batch 1", proc.stderr()), "the handler went on to its next batch"
         assert took < 10, f"the cold stop took {took:.1f} s"
-    finally:
-        proc.kill()
-        if backend is not None:
-            backend.close()
-        else:
-            store.close()
 
 
 @pytest.mark.timeout(90)
@@ -455,8 +452,7 @@ def test_example_script_survives_a_burst_of_sigterms(tmp_path: Path) -> None:
     """A burst of SIGTERMs (a process manager, or an impatient operator) while the handler runs: the
     process stops promptly and cleanly, never hangs and never fails in its signal handler (the handler
     may interrupt the main thread anywhere, even inside a lock it holds)."""
-    proc, store, _ = start_tasks("leasecron-run", "default", tmp_path)
-    try:
+    with tasks_running("leasecron-run", "default", tmp_path) as (proc, store):
         run, _ = running_report(proc, store)
         for _ in range(300):
             if proc.proc.poll() is not None:
@@ -469,9 +465,6 @@ def test_example_script_survives_a_burst_of_sigterms(tmp_path: Path) -> None:
         assert "Traceback" not in proc.stderr() and "Logging error" not in proc.stderr(), proc.stderr()
         after = store.get_run("report", run.slot_ms)
         assert after is not None and after.status == "running" and after.token == run.token
-    finally:
-        proc.kill()
-        store.close()
 
 
 # -- systemd, Kubernetes, and the pages that show them ----------------------------------------
@@ -574,9 +567,7 @@ class DemoRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Optional[Backe
             if store != "default":
                 backend = BACKENDS[store](tmp)
                 args += ["--store", backend.url()]
-            with open(tmp / "stdout", "w") as stdout, open(tmp / "stderr", "w") as stderr:
-                proc = subprocess.Popen([sys.executable, "-m", "leasecron", *args], stdout=stdout, stderr=stderr,
-                                        text=True)  # fmt: skip
+            proc = start_logged([sys.executable, "-m", "leasecron", *args], tmp)
         except BaseException:
             if backend is not None:
                 backend.close()
@@ -592,8 +583,7 @@ class DemoRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Optional[Backe
             if backend is not None:
                 backend.close()
                 self._started[store] = (proc, tmp, None)
-        stdout, stderr = ((tmp / name).read_text() for name in ("stdout", "stderr"))
-        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        return ended(proc, tmp)
 
     def close(self) -> None:
         """Stop a demo no test waited for (SIGTERM, as Ctrl-C: it stops its workers), and clear its
@@ -607,11 +597,8 @@ class DemoRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Optional[Backe
 @pytest.fixture(scope="module")
 def demo_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRuns]:
     """The module's :class:`DemoRuns`."""
-    runs = DemoRuns(request, tmp_path_factory)
-    try:
+    with DemoRuns(request, tmp_path_factory) as runs:
         yield runs
-    finally:
-        runs.close()
 
 
 @pytest.mark.parametrize("store", DEMO_STORES)

@@ -23,7 +23,7 @@ import psycopg2
 import pytest
 
 from tests import servers
-from tests.at_once import StartedAtOnce, wait_or_fail
+from tests.at_once import StartedAtOnce, ended, start_logged, wait_or_fail
 from tests.conftest import SERVERS, selected_items, unavailable
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
@@ -57,30 +57,23 @@ class BurstRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Path]]):
         out = self._tmp_path_factory.mktemp(f"burst-{kind}-output")
         argv = [sys.executable, str(SCRIPT), "--jobs", str(JOBS), "--store", kind]
         argv += ["--json", str(out / "burst.json")]
-        with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
-            proc = subprocess.Popen(argv + extra, stdout=stdout, stderr=stderr, text=True,
-                                    env={**os.environ, "TMPDIR": str(tmp)})  # fmt: skip
-        return proc, tmp, out
+        return start_logged(argv + extra, out, env={**os.environ, "TMPDIR": str(tmp)}), tmp, out
 
     def result(self, kind: str) -> Tuple[subprocess.CompletedProcess, Dict[str, Any], Path]:
         """The finished run of ``kind`` (the first call starts every selected run): the process,
         its JSON, and its temporary directory."""
         proc, tmp, out = self.started(kind)
         wait_or_fail(proc, 170, f"burst.py on {kind}")
-        stdout, stderr = ((out / name).read_text() for name in ("stdout", "stderr"))
-        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-        assert proc.returncode == 0, f"{stdout}\n{stderr}"
+        done = ended(proc, out)
+        assert proc.returncode == 0, f"{done.stdout}\n{done.stderr}"
         return done, json.loads((out / "burst.json").read_text()), tmp
 
 
 @pytest.fixture(scope="module")
 def burst_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BurstRuns]:
     """The module's :class:`BurstRuns`."""
-    runs = BurstRuns(request, tmp_path_factory)
-    try:
+    with BurstRuns(request, tmp_path_factory) as runs:
         yield runs
-    finally:
-        runs.close()
 
 
 def ordered(spread: Dict[str, float]) -> bool:

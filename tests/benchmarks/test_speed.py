@@ -22,7 +22,7 @@ import psycopg2
 import pytest
 import redis
 
-from tests.at_once import StartedAtOnce, wait_or_fail
+from tests.at_once import StartedAtOnce, ended, start_logged, wait_or_fail
 from tests.conftest import SERVERS, selected_items
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
@@ -72,28 +72,21 @@ class PollRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Path]]):
         url = self.url(kind)
         tmp = self._tmp_path_factory.mktemp(f"poll-{kind}")
         out = self._tmp_path_factory.mktemp(f"poll-{kind}-output")
-        env = {**os.environ, "TMPDIR": str(tmp)}
-        with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
-            proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "scale.py"), *SMALL_POLL, "--store", url],
-                                    stdout=stdout, stderr=stderr, text=True, env=env)  # fmt: skip
-        return proc, tmp, out
+        argv = [sys.executable, str(BENCHMARKS / "scale.py"), *SMALL_POLL, "--store", url]
+        return start_logged(argv, out, env={**os.environ, "TMPDIR": str(tmp)}), tmp, out
 
     def result(self, kind: str) -> Tuple[subprocess.CompletedProcess, Path]:
         """The finished run of ``kind`` (the first call starts every run) and its temporary directory."""
         proc, tmp, out = self.started(kind)
         wait_or_fail(proc, 170, f"scale.py --poll on {kind}")
-        stdout, stderr = ((out / name).read_text() for name in ("stdout", "stderr"))
-        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), tmp
+        return ended(proc, out), tmp
 
 
 @pytest.fixture(scope="module")
 def poll_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PollRuns]:
     """The module's :class:`PollRuns`."""
-    runs = PollRuns(request, tmp_path_factory)
-    try:
+    with PollRuns(request, tmp_path_factory) as runs:
         yield runs
-    finally:
-        runs.close()
 
 
 def rows(stdout: str, first: str) -> Dict[str, List[str]]:
