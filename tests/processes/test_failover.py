@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import pytest
 
-from leasecron import Store, StoreUnavailable, open_store
+from leasecron import Run, Store, StoreUnavailable, open_store
 from tests.helpers import wait_for
 
 from .harness import (
@@ -88,33 +88,48 @@ def _others(cluster: Cluster, victim: Worker) -> List[str]:
     return [name for name in cluster.workers if name != victim.runner]
 
 
+def _first_run(cluster: Cluster, every: float, backend: Any) -> Tuple[Event, int, Worker, Store]:
+    """The first run's start event, its slot, the worker running it (the victim), and a store handle."""
+    first = first_run(cluster, every)
+    return first, first["slot_ms"], cluster.workers[first["runner"]], backend.open()
+
+
+def _taken_over(cluster: Cluster, victim: Worker, slot: int, timeout: float, when: str) -> Event:
+    """The start of attempt 2 of ``slot`` (within ``timeout`` s): a takeover, by another process."""
+    takeover = cluster.wait_event(
+        lambda e: e["event"] == "start" and e["slot_ms"] == slot and e["attempt"] == 2,
+        timeout=timeout,
+        message=f"(attempt 2 {when})",
+    )
+    assert takeover["runner"] in _others(cluster, victim)
+    assert takeover["reason"] == "takeover"
+    return takeover
+
+
+def _succeeded_as_attempt_2(cluster: Cluster, store: Store, slot: int, takeover: Event) -> Run:
+    """Once the taker reports success: the stored run, a success of attempt 2 by the taker's token."""
+    cluster.wait_for(event="success", slot_ms=slot, attempt=2, runner=takeover["runner"], timeout=10)
+    run = store.get_run(cluster.job, slot)
+    assert run is not None
+    assert (run.status, run.attempt, run.runner, run.token) == ("success", 2, takeover["runner"], takeover["token"])
+    return run
+
+
 def test_sigkill_mid_run_backup_takes_over(cluster: Cluster, process_backend: Any) -> None:
     """SIGKILL of a runner mid-run: another process runs attempt 2 within lease_ms + 2 × heartbeat_ms."""
     every = 3.0
     cluster.start_many(NAMES, every=every, work=1.5, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS)
-    first = first_run(cluster, every)
-    slot, victim = first["slot_ms"], cluster.workers[first["runner"]]
-    store = process_backend.open()
+    first, slot, victim, store = _first_run(cluster, every, process_backend)
     renewed_run(store, cluster.job, slot, LEASE_MS)
 
     killed_at = victim.kill()
     assert victim.wait_exit(5) == -signal.SIGKILL
 
-    takeover = cluster.wait_event(
-        lambda e: e["event"] == "start" and e["slot_ms"] == slot and e["attempt"] == 2,
-        timeout=(LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 5,
-        message="(attempt 2 after the kill)",
-    )
-    assert takeover["runner"] in _others(cluster, victim)
-    assert takeover["reason"] == "takeover"
+    takeover = _taken_over(cluster, victim, slot, (LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 5, "after the kill")
     took_ms = takeover["t"] - killed_at
     assert took_ms <= LEASE_MS + 2 * HEARTBEAT_MS + MARGIN_MS, f"takeover {took_ms} ms after the kill"
 
-    cluster.wait_for(event="success", slot_ms=slot, attempt=2, runner=takeover["runner"], timeout=10)
-    run = store.get_run(cluster.job, slot)
-    assert run is not None
-    assert (run.status, run.attempt, run.runner, run.token) == ("success", 2, takeover["runner"], takeover["token"])
-    assert run.reason == "takeover"
+    assert _succeeded_as_attempt_2(cluster, store, slot, takeover).reason == "takeover"
     # The victim died mid-run; only the taker ran attempt 2, and the slot succeeded once.
     assert not _events(cluster, "handler-end", slot, runner=victim.runner)
     assert [e["runner"] for e in _events(cluster, "handler-start", slot)] == [victim.runner, takeover["runner"]]
@@ -125,21 +140,14 @@ def test_sigstop_past_the_lease_is_fenced(cluster: Cluster, process_backend: Any
     """SIGSTOP past the lease, then SIGCONT: a backup ran attempt 2, the frozen runner is lost and fenced."""
     every = 5.0
     cluster.start_many(NAMES, every=every, work=3.0, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS, probe_finish=True)
-    first = first_run(cluster, every)
-    slot, victim = first["slot_ms"], cluster.workers[first["runner"]]
-    store = process_backend.open()
+    first, slot, victim, store = _first_run(cluster, every, process_backend)
     _freeze_between_heartbeats(victim, store, process_backend, cluster.job, slot)
     try:
         # Frozen until a backup took over: longer than the lease, by construction.
-        takeover = cluster.wait_event(
-            lambda e: e["event"] == "start" and e["slot_ms"] == slot and e["attempt"] == 2,
-            timeout=(LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 5,
-            message="(attempt 2 while the runner is frozen)",
-        )
+        timeout = (LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 5
+        takeover = _taken_over(cluster, victim, slot, timeout, "while the runner is frozen")
     finally:
         victim.send(signal.SIGCONT)
-    assert takeover["runner"] in _others(cluster, victim)
-    assert takeover["reason"] == "takeover"
     assert takeover["token"] != first["token"]
 
     aborted = cluster.wait_for(event="aborted", slot_ms=slot, runner=victim.runner, timeout=5)
@@ -151,10 +159,7 @@ def test_sigstop_past_the_lease_is_fenced(cluster: Cluster, process_backend: Any
     run = store.get_run(cluster.job, slot)
     assert run is not None and run.token == takeover["token"] and run.attempt == 2
 
-    cluster.wait_for(event="success", slot_ms=slot, attempt=2, runner=takeover["runner"], timeout=10)
-    run = store.get_run(cluster.job, slot)
-    assert run is not None
-    assert (run.status, run.attempt, run.runner, run.token) == ("success", 2, takeover["runner"], takeover["token"])
+    _succeeded_as_attempt_2(cluster, store, slot, takeover)
     # The frozen runner never finished the slot, by event or by handler.
     assert not _events(cluster, "success", slot, runner=victim.runner)
     assert not _events(cluster, "handler-end", slot, runner=victim.runner)
@@ -168,9 +173,7 @@ def test_sigterm_hands_the_run_over(cluster: Cluster, process_backend: Any) -> N
     # A long lease: a takeover within 2 heartbeats of the hand-over can only come from the release.
     lease_ms = 3_000
     cluster.start_many(NAMES, every=every, work=1.5, lease_ms=lease_ms, heartbeat_ms=HEARTBEAT_MS)
-    first = first_run(cluster, every)
-    slot, victim = first["slot_ms"], cluster.workers[first["runner"]]
-    store = process_backend.open()
+    first, slot, victim, store = _first_run(cluster, every, process_backend)
     renewed_run(store, cluster.job, slot, lease_ms)
 
     victim.send(signal.SIGTERM)
@@ -178,24 +181,14 @@ def test_sigterm_hands_the_run_over(cluster: Cluster, process_backend: Any) -> N
     assert (aborted["attempt"], aborted["reason"]) == (1, "stop")
     handover = cluster.wait_for(event="handover", slot_ms=slot, runner=victim.runner, timeout=5)
     assert handover["attempt"] == 1
-    takeover = cluster.wait_event(
-        lambda e: e["event"] == "start" and e["slot_ms"] == slot and e["attempt"] == 2,
-        timeout=5,
-        message="(attempt 2 after the hand-over)",
-    )
-    assert takeover["runner"] in _others(cluster, victim)
-    assert takeover["reason"] == "takeover"
+    takeover = _taken_over(cluster, victim, slot, 5, "after the hand-over")
     took_ms = takeover["t"] - handover["t"]
     assert took_ms <= 2 * HEARTBEAT_MS + MARGIN_MS, f"takeover {took_ms} ms after the hand-over"
 
     victim.wait_exit(10)
     cluster.wait_for(event="stopped", runner=victim.runner, timeout=5)
 
-    cluster.wait_for(event="success", slot_ms=slot, attempt=2, runner=takeover["runner"], timeout=10)
-    run = store.get_run(cluster.job, slot)
-    assert run is not None
-    assert run.handed_over is True
-    assert (run.status, run.attempt, run.runner, run.token) == ("success", 2, takeover["runner"], takeover["token"])
+    assert _succeeded_as_attempt_2(cluster, store, slot, takeover).handed_over is True
     assert not _events(cluster, "success", slot, runner=victim.runner)
     assert not _events(cluster, "lost", slot)
     victim.assert_clean_exit(10)
