@@ -127,7 +127,7 @@ class _OldModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         module.__doc__ = f"Deprecated: the old names of {module.__name__} (see leasecron.compat)."
-        module.__getattr__ = old_names_of(module.__name__)  # type: ignore[attr-defined]
+        setattr(module, "__getattr__", old_names_of(module.__name__))  # noqa: B010 - a module attribute mypy types as a method
 
 
 _FINDER = _OldModules()

@@ -10,7 +10,6 @@ from typing import Callable, List, Optional
 
 from .compat import old_names_of
 from .errors import Aborted
-from .states import AbortReason
 
 __all__ = ["Context", "Signal"]
 

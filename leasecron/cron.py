@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Type, Union
 
 from .engine.clock import StoreClock
 from .controls import JobState
-from .engine.core import Engine
+from .engine import Engine
 from .errors import ConfigError
 from .events import Callback, Emitter, SlotText, log
 from .jobs import Handler, Job, job_decorator, make_job

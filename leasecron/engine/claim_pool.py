@@ -18,17 +18,17 @@ import threading
 from concurrent.futures import Executor, Future
 from typing import Any, Callable, List, Set
 
-from ..events import log
+from ..events import Emitter, log
 
 __all__ = ["ClaimPool"]
 
 
 class ClaimPool:
-    """Runs the tasks given to :meth:`submit` on ``executor``; ``on_error`` is told of a task that raised."""
+    """Runs the tasks given to :meth:`submit` on ``executor``; ``events`` is told of a task that raised."""
 
-    def __init__(self, executor: Executor, on_error: Callable[[BaseException], None]) -> None:
+    def __init__(self, executor: Executor, events: Emitter) -> None:
         self._executor = executor
-        self._on_error = on_error
+        self._events = events
         self._lock = threading.RLock()  # reentrant: an executor may run a task, which submits more, at once
         self._closed = False
         self._pending: Set["Future[Any]"] = set()
@@ -64,4 +64,4 @@ class ClaimPool:
             fn(*args)
         except Exception as exc:  # noqa: BLE001 - reported, the pool lives on
             log.exception("leasecron: task %s failed", getattr(fn, "__name__", fn))
-            self._on_error(exc)
+            self._events.task_failed(exc)

@@ -1,38 +1,13 @@
-"""A live run: the attempt this instance won, with its run thread and heartbeat loop.
+"""A live run: the attempt this instance won, its handler's thread and its heartbeat loop.
 
-A live run is given what it needs of the instance that won it, and nothing
-more: a :class:`RunSupport` (the store, the timers that start its heartbeat
-loop and check its local deadline, the worker threads, a function that
-emits an event about it, the host's monotonic clock, and a callback told
-when it ended). It knows nothing of the engine that made it.
-
-Both threads are the instance's workers (:class:`~leasecron.engine.workers.Workers`),
-reused from run to run. The run thread calls the handler, once or, with
-``retries``, until a try returns (:mod:`leasecron.engine.tries`; a coroutine runs
-in an event loop of its own: :mod:`leasecron.engine.handlers`), and then records
-the end: ``finish(success)`` when it returned, ``finish(failed)`` when it
-raised, ``release`` (a hand-over) when it raised after ``stop()`` aborted
-its signal, and ``finish(failed)`` with ``timed out after N ms`` once the
-attempt ran for the job's ``timeout_ms`` (the timers abort the signal with
-reason ``"timeout"`` then; the heartbeats go on until the handler returns).
-
-The heartbeat loop starts once the run has lasted ``heartbeat_ms`` (the
-timers start it then, also while ``stop()`` waits for the handlers), so a
-run shorter than that needs one thread, not two. It renews the lease every
-``heartbeat_ms``, retrying a failed renewal (whatever the error) until the
-local deadline. The *local deadline* is the monotonic time the last
-successful renewal was sent, plus ``lease_ms``. The store's lease cannot
-end before it, so a runner that has not renewed by then may already have
-been replaced. The run is then *lost*, exactly as when a heartbeat is
-refused (fencing): the signal aborts with reason ``"lost"``, the ``lost``
-event fires, and this instance never touches the run again. The timers also
-check the local deadline when it comes, so a store call that hangs cannot
-keep a runner from fencing itself.
-
-States (:class:`~leasecron.states.LiveState`): ``running`` -> ``finishing``
--> ``ended``; ``running`` or ``finishing`` -> ``lost``; ``running`` ->
-``abandoned`` (the stop timeout passed while the handler still ran: no more
-heartbeats, a backup takes over when the lease runs out).
+The run thread calls the handler (its tries: :mod:`.tries`) and records the
+end: ``finish(success)``, ``finish(failed)``, or ``release`` (a hand-over)
+when it raised after ``stop()`` aborted its signal. The heartbeat loop
+starts once the run has lasted ``heartbeat_ms`` and renews the lease until
+the *local deadline*: the monotonic time the last confirmed renewal was sent,
+plus ``lease_ms``. A renewal refused, or none confirmed by that deadline,
+makes the run *lost*: the signal aborts, ``lost`` fires, and this instance
+never touches the run again (``docs/design.rst``, "A live run").
 """
 
 from __future__ import annotations
@@ -40,70 +15,42 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Callable, Optional, Protocol, Tuple
+from typing import Callable, Optional, Protocol, Tuple
 
 from ..context import Context, Signal
 from ..errors import Aborted
 from ..events import SlotText, error_text, log
 from ..jobs import Job
-from .store_calls import call_until
 from ..runs import Run
 from ..states import AbortReason, LiveState, LostCause, Status
-from ..stores.base import Store
+from .roles import Instance, Threads
+from .store_calls import call_until
 from .tries import Tries, timed_out_text
 
-__all__ = ["LiveRun", "RunSupport", "Timers", "Threads", "EmitRunEvent"]
+__all__ = ["LiveRun", "RunSupport", "Registry"]
 
 #: The states in which the run is still this instance's to renew, finish or lose.
 _HOLDING = (LiveState.RUNNING, LiveState.FINISHING)
 
 
+class Registry(Protocol):
+    """Keeps the live runs of an instance (:class:`~leasecron.engine.live_runs.LiveRuns`)."""
 
-class Timers(Protocol):
-    """Calls a function at a time on the host's monotonic clock (the instance's scheduler does)."""
-
-    def call_at_monotonic(self, due_s: float, fn: Callable[..., Any], *args: Any) -> None:
-        """Call ``fn(*args)`` once the host's monotonic clock reaches ``due_s``."""
-
-
-class Threads(Protocol):
-    """Runs a task on a thread of its own (the instance's workers do)."""
-
-    def submit(self, name: str, fn: Callable[[], object]) -> None:
-        """Run ``fn()`` in a thread named ``name``."""
-
-
-class EmitRunEvent(Protocol):
-    """Emits an event about a run (:meth:`leasecron.events.Emitter.emit_run`)."""
-
-    def __call__(
-        self,
-        name: str,
-        run: Run,
-        *,
-        reason: Optional[str] = None,
-        error: Optional[str] = None,
-        try_number: Optional[int] = None,
-    ) -> object:
-        """Emit the event ``name`` about ``run``."""
+    def ended(self, live: "LiveRun") -> None:
+        """``live``'s threads are done with it: no thread of it touches the store any more."""
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSupport:
     """What a live run needs of the instance that won it: one for all its live runs."""
 
-    #: Where the run is renewed, finished or released.
-    store: Store
-    #: Start the heartbeat loop, and check the local deadline, when their time comes.
-    timers: Timers
+    #: The instance: its store (renewals, the finish), timers (the heartbeat loop's start, the
+    #: local deadline, the timeout), events and clock (the deadline and the heartbeats are on it).
+    instance: Instance
     #: Run the handler and the heartbeat loop.
     workers: Threads
-    #: Emit an event about the run.
-    emit: EmitRunEvent
-    #: The host's monotonic clock, in seconds: the local deadline and the heartbeats are on it.
-    monotonic: Callable[[], float]
-    #: Told when the run ended: no thread of the run touches the store any more.
-    ended: Callable[["LiveRun"], None]
+    #: Told when the run ended.
+    runs: Registry
 
 
 class LiveRun:
@@ -112,6 +59,7 @@ class LiveRun:
 
     def __init__(self, support: RunSupport, job: Job, run: Run, claim_sent: float) -> None:
         self._support = support
+        self._instance = support.instance
         self.job = job
         self.run = run
         self.signal = Signal()
@@ -125,19 +73,19 @@ class LiveRun:
             reason=run.reason,
             signal=self.signal,
         )
-        self._tries = Tries(job, self.context, self._retrying)
+        self._tries = Tries(job, self.context, support.instance.clock, self)
         self._returned = False  # the handler's last try returned or raised
         self.ended = threading.Event()
         #: How the log names this run: job, slot, attempt, runner.
         self._ids = (run.job, SlotText(run.slot_ms), run.attempt, run.runner)
-        self._began = support.monotonic()
+        self._began = support.instance.clock.monotonic()
         self._lease_s = job.options.lease_ms / 1000
         self._deadline = claim_sent + self._lease_s
         self._state = LiveState.RUNNING
         self._lock = threading.Lock()
         self._stop_beating = threading.Event()
         #: When the first heartbeat is due (monotonic); the loop starts then.
-        self._first_beat = support.monotonic() + job.options.heartbeat_ms / 1000
+        self._first_beat = support.instance.clock.monotonic() + job.options.heartbeat_ms / 1000
         self._beating = False  # the heartbeat loop was handed to a worker
         self._beat_done = threading.Event()
         self._name = f"{run.job}@{run.slot_ms}#{run.attempt}"
@@ -150,7 +98,7 @@ class LiveRun:
     def start(self) -> None:
         """Run the handler on a worker; the heartbeat loop follows after ``heartbeat_ms``."""
         self._plan_local_deadline_check()
-        self._support.timers.call_at_monotonic(self._first_beat, self.start_beating)
+        self._instance.timers.call_at_monotonic(self._first_beat, self.start_beating)
         self._support.workers.submit(f"leasecron-run-{self._name}", self._execute)
 
     def start_beating(self) -> None:
@@ -164,10 +112,10 @@ class LiveRun:
     # -- the run thread --------------------------------------------------------
 
     def _execute(self) -> None:
-        self._began = self._support.monotonic()  # for the log, and the timeout: when the first try began
+        self._began = self._instance.clock.monotonic()  # for the log, and the timeout: when the first try began
         timeout_ms = self.job.options.timeout_ms
         if timeout_ms is not None:
-            self._support.timers.call_at_monotonic(self._began + timeout_ms / 1000, self._at_timeout)
+            self._instance.timers.call_at_monotonic(self._began + timeout_ms / 1000, self._at_timeout)
         error: Optional[BaseException] = None
         try:
             self._tries.run()
@@ -184,9 +132,9 @@ class LiveRun:
                 self._stop_beating.set()
                 beating = self._beating
             if beating:
-                self._beat_done.wait(self._lease_s)
+                self._instance.clock.wait(self._beat_done, self._lease_s)
             self.ended.set()
-            self._support.ended(self)
+            self._support.runs.ended(self)
 
     def _conclude(self, error: Optional[BaseException]) -> None:
         with self._lock:
@@ -199,9 +147,9 @@ class LiveRun:
                 )
                 return
             self._state = LiveState.FINISHING
-        store, run = self._support.store, self.run
+        store, run = self._instance.store, self.run
         finish = functools.partial(store.finish, run.job, run.slot_ms, run.token)
-        took = self._support.monotonic() - self._began
+        took = self._instance.clock.monotonic() - self._began
         timed_out = self.signal.reason == AbortReason.TIMEOUT  # whatever the handler did after the limit
         reason = AbortReason.TIMEOUT if timed_out else None
         if error is not None and self.signal.reason == AbortReason.STOP:
@@ -243,9 +191,9 @@ class LiveRun:
                     *self._ids,
                     took,
                 )
-            self._support.emit(event, run, error=text, reason=reason, try_number=self._tries.number)
+            self._instance.events.emit_run(event, run, error=text, reason=reason, try_number=self._tries.number)
 
-    def _retrying(self, number: int, error: BaseException, wait_s: float) -> None:
+    def retrying(self, number: int, error: BaseException, wait_s: float) -> None:
         """A try failed and another follows after ``wait_s``: log it and emit ``retry``."""
         text = error_text(error)
         log.warning(
@@ -257,7 +205,7 @@ class LiveRun:
             text,
             exc_info=error,
         )
-        self._support.emit("retry", self.run, error=text, try_number=number)
+        self._instance.events.emit_run("retry", self.run, error=text, try_number=number)
 
     def _at_timeout(self) -> None:
         """The attempt ran for ``timeout_ms``: abort the signal (reason ``"timeout"``) if the handler
@@ -282,14 +230,14 @@ class LiveRun:
             return call()
 
         try:
-            if call_until(once, self._deadline):
+            if call_until(once, self._deadline, self._instance.clock):
                 return True
         except Exception as exc:  # noqa: BLE001 - gave up: the lease cannot be trusted any longer
             why = f"could not record the end ({status}) before the lease ran out: {error_text(exc)}"
             self.lose(LostCause.UNRENEWED, why)
             return False
         if tries > 1 and status in (Status.SUCCESS, Status.FAILED):  # an earlier try may have landed
-            stored = self._support.store.get_run(self.run.job, self.run.slot_ms)
+            stored = self._instance.store.get_run(self.run.job, self.run.slot_ms)
             if stored is not None and stored.token == self.run.token and stored.status == status:
                 return True
         self.lose(LostCause.FENCED, f"the store refused to record the end ({status}): another attempt holds the run")
@@ -304,20 +252,21 @@ class LiveRun:
             self._beat_done.set()
 
     def _beat_until_stopped(self) -> None:
-        store, run, monotonic = self._support.store, self.run, self._support.monotonic
+        store, run, clock = self._instance.store, self.run, self._instance.clock
         lease_ms = self.job.options.lease_ms
-        wait_s = max(0.0, self._first_beat - monotonic())
-        while not self._stop_beating.wait(wait_s):
+        wait_s = max(0.0, self._first_beat - clock.monotonic())
+        while not clock.wait(self._stop_beating, wait_s):
             wait_s = self.job.options.heartbeat_ms / 1000
-            sent = monotonic()
+            sent = clock.monotonic()
             try:
                 renewed = call_until(
                     lambda: store.heartbeat(run.job, run.slot_ms, run.token, lease_ms),
                     self._deadline,
+                    clock,
                     retry_on=(Exception,),
                 )
             except Exception as exc:  # noqa: BLE001 - judged by the deadline below
-                if monotonic() >= self._deadline:
+                if clock.monotonic() >= self._deadline:
                     why = f"the lease could not be renewed for lease_ms ({lease_ms} ms): {error_text(exc)}"
                     self.lose(LostCause.UNRENEWED, why)
                     return
@@ -347,7 +296,7 @@ class LiveRun:
         end that lease now rather than make a backup wait ``lease_ms`` for it."""
         run = self.run
         try:
-            released = self._support.store.release(run.job, run.slot_ms, run.token)
+            released = self._instance.store.release(run.job, run.slot_ms, run.token)
         except Exception as exc:  # noqa: BLE001 - the lease then runs out on its own
             line = "leasecron: stray renewal not released job %r slot %s attempt %d runner %r: %s"
             log.warning(line, *self._ids, exc)
@@ -361,11 +310,11 @@ class LiveRun:
 
     def _plan_local_deadline_check(self) -> None:
         """Have the timers check the local deadline when it comes (again after each renewal)."""
-        self._support.timers.call_at_monotonic(self._deadline, self._at_local_deadline)
+        self._instance.timers.call_at_monotonic(self._deadline, self._at_local_deadline)
 
     def _at_local_deadline(self) -> None:
         """At the local deadline: lost, unless a renewal moved the deadline on meanwhile."""
-        if self._support.monotonic() >= self._deadline and self._state in _HOLDING:
+        if self._instance.clock.monotonic() >= self._deadline and self._state in _HOLDING:
             self.lose(LostCause.UNRENEWED, f"the lease was not renewed for lease_ms ({self.job.options.lease_ms} ms)")
 
     # -- transitions -----------------------------------------------------------------
@@ -380,7 +329,7 @@ class LiveRun:
         self._stop_beating.set()
         self.signal.abort(AbortReason.LOST)
         log.warning("leasecron: lost job %r slot %s attempt %d runner %r (%s): %s", *self._ids, cause, why)
-        self._support.emit("lost", self.run, reason=cause, error=why)
+        self._instance.events.emit_run("lost", self.run, reason=cause, error=why)
         return True
 
     def abandon(self) -> bool:

@@ -30,8 +30,8 @@ import itertools
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
+from ..events import Emitter, log
 from .clock import StoreClock
-from ..events import log
 
 __all__ = ["Scheduler"]
 
@@ -45,12 +45,12 @@ class Scheduler:
     (:meth:`start`) or, without it, step by step by the owner's calls to :meth:`run_due`.
 
     ``clock`` gives both kinds of time (:meth:`StoreClock.now_ms`,
-    :meth:`StoreClock.monotonic`); ``on_error`` is told of a callback that raised.
+    :meth:`StoreClock.monotonic`); ``events`` is told of a callback that raised.
     """
 
-    def __init__(self, clock: StoreClock, on_error: Callable[[BaseException], None]) -> None:
+    def __init__(self, clock: StoreClock, events: Emitter) -> None:
         self._clock = clock
-        self._on_error = on_error
+        self._events = events
         self._store_heap: List[Entry] = []  # due on the store's clock, ms
         self._mono_heap: List[Entry] = []  # due on the host's monotonic clock, s
         self._seq = itertools.count()
@@ -85,7 +85,7 @@ class Scheduler:
         is due then happen, without waiting. A time not given is read from the clock before
         each entry, as the thread does (a callback may correct the estimate of the store's
         clock: an entry it plans is then due by the corrected one). A callback that raises
-        is logged and told ``on_error``, as in the thread.
+        is logged and reported to ``events``, as in the thread.
         """
         ran = 0
         while True:
@@ -158,5 +158,5 @@ class Scheduler:
             fn(*args)
         except BaseException as exc:  # noqa: BLE001 - reported, the thread lives on
             log.exception("leasecron: scheduler task %r failed", fn)
-            self._on_error(exc)
+            self._events.task_failed(exc)
 

@@ -18,12 +18,12 @@ attempts are the same either way: ``backoff(n)`` before attempt ``n + 1``.
 from __future__ import annotations
 
 import random
-import time
 from typing import Callable, Tuple, Type, TypeVar
 
 import tenacity
 
 from ..errors import StoreUnavailable
+from .clock import StoreClock
 
 __all__ = ["call_until", "backoff"]
 
@@ -45,31 +45,30 @@ def backoff(failed_attempts: int) -> float:
 def call_until(
     fn: Callable[[], T],
     deadline: float,
+    clock: StoreClock,
     retry_on: Tuple[Type[BaseException], ...] = (StoreUnavailable,),
 ) -> T:
     """Call ``fn`` until it returns, retrying ``retry_on`` errors while the
-    monotonic clock (:func:`time.monotonic`, seconds) has not reached
-    ``deadline``; the last error is raised once it has.
-
-    The waits are real ones, on the real clock, also for an instance that a
-    test drives with a clock of its own (:class:`~leasecron.engine.clock.StoreClock`):
-    such a test gives it a store that answers.
+    monotonic time of ``clock`` (seconds) has not reached ``deadline``; the
+    last error is raised once it has. The waits are on ``clock`` too, so a
+    test that drives an instance's time drives its retries.
     """
     try:
         return fn()
     except retry_on:
         wait = backoff(1)
-        if time.monotonic() + wait >= deadline:
+        if clock.monotonic() + wait >= deadline:
             raise
-    time.sleep(wait)
+    clock.sleep(wait)
 
     def out_of_time(state: tenacity.RetryCallState) -> bool:
-        return time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline
+        return clock.monotonic() + (state.upcoming_sleep or 0.0) >= deadline
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(retry_on),
         wait=lambda state: backoff(state.attempt_number + 1),  # attempt 1 of these is the call's second
         stop=out_of_time,
+        sleep=clock.sleep,
         reraise=True,
     )
     return retrying(fn)

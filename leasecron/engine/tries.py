@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import tenacity
 
@@ -43,14 +43,19 @@ from ..context import Context
 from ..errors import Aborted
 from .handlers import call_handler
 from ..jobs import Job
+from .clock import StoreClock
 
-__all__ = ["Tries", "OnRetry", "MAX_WAIT_S", "retry_wait", "timed_out_text"]
+__all__ = ["Tries", "Retrying", "MAX_WAIT_S", "retry_wait", "timed_out_text"]
 
 #: The longest wait between two tries, in seconds, however many tries came before.
 MAX_WAIT_S = 60.0
 
-#: Told of a failed try that another try follows: (its number, its error, the wait before the next, in s).
-OnRetry = Callable[[int, BaseException, float], None]
+
+class Retrying(Protocol):
+    """Told of a failed try that another try follows (the live run: it logs it and emits ``retry``)."""
+
+    def retrying(self, number: int, error: BaseException, wait_s: float) -> None:
+        """Try ``number`` raised ``error``; the next one begins after ``wait_s`` seconds."""
 
 
 def timed_out_text(timeout_ms: int) -> str:
@@ -74,12 +79,16 @@ def retry_wait(retry_delay_ms: int) -> Callable[[tenacity.RetryCallState], float
 class Tries:
     """The tries of one attempt of ``job``: :meth:`run` calls the handler with ``context`` (a copy
     with its ``try_number``) until a try returns, the tries are used up or the signal is aborted.
-    ``number`` is the number of the last try that began (0 before the first)."""
+    The waits between tries are on ``clock``; ``listener`` is told of each failed try another
+    follows. ``number`` is the number of the last try that began (0 before the first)."""
 
-    def __init__(self, job: Job, context: Context, on_retry: Optional[OnRetry] = None) -> None:
+    def __init__(
+        self, job: Job, context: Context, clock: StoreClock, listener: Optional[Retrying] = None
+    ) -> None:
         self.job = job
         self.context = context
-        self.on_retry = on_retry
+        self.clock = clock
+        self.listener = listener
         self.number = 0
 
     def run(self) -> None:
@@ -94,7 +103,7 @@ class Tries:
         signal = self.context.signal
 
         def wait(seconds: float) -> None:
-            signal.wait(seconds)  # an abort (stop, lost, timeout) ends the wait at once
+            self.clock.wait(signal, seconds)  # an abort (stop, lost, timeout) ends the wait at once
 
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(options.retries + 1),
@@ -114,7 +123,7 @@ class Tries:
                 call_handler(self.job.func, self.job.takes_context, context)
 
     def _before_wait(self, state: tenacity.RetryCallState) -> None:
-        if self.on_retry is not None and state.outcome is not None and state.next_action is not None:
+        if self.listener is not None and state.outcome is not None and state.next_action is not None:
             error = state.outcome.exception()
             assert error is not None  # only a try that raised is retried
-            self.on_retry(state.attempt_number, error, state.next_action.sleep)
+            self.listener.retrying(state.attempt_number, error, state.next_action.sleep)

@@ -36,7 +36,7 @@ from leasecron.engine.scheduler import Scheduler
 from leasecron.engine.workers import Workers
 from tests.engine.support import FAST
 
-__all__ = ["ManualTime", "InlineExecutor", "InlineWorkers", "Stepped", "advance_together", "at"]
+__all__ = ["ManualTime", "Failures", "InlineExecutor", "InlineWorkers", "Stepped", "advance_together", "at"]
 
 #: A Monday, 10:00:00.000 UTC (epoch ms): slots of every schedule of these tests fall at round values.
 MONDAY_10H = 1_767_607_200_000
@@ -69,6 +69,10 @@ class ManualTime:
     def advance(self, ms: int) -> None:
         """Both clocks move ``ms`` forward."""
         self._mono_ns += ms * 1_000_000
+
+    def sleep(self, seconds: float) -> None:
+        """A wait of the instance: both clocks move ``seconds`` forward, at once."""
+        self._mono_ns += round(seconds * 1e9)
 
     def step_store(self, ms: int) -> None:
         """The store's clock alone jumps by ``ms`` (negative: back)."""
@@ -107,6 +111,17 @@ class InlineWorkers(Workers):
         """Nothing to close: there are no threads."""
 
 
+class Failures(Emitter):
+    """Events that keep the reports of a task that raised in ``failures`` (a test asserts on them)."""
+
+    def __init__(self, failures: List[BaseException]) -> None:
+        super().__init__("scheduler")
+        self.failures = failures
+
+    def task_failed(self, exc: BaseException) -> None:
+        self.failures.append(exc)
+
+
 class Stepped:
     """One instance (runner ``runner``) whose engine the test drives; ``store`` may be shared
     with another :class:`Stepped` (then give it the other's ``time``, or use :meth:`peer`).
@@ -124,9 +139,9 @@ class Stepped:
         self.time = time or ManualTime(start_ms)
         self.store: Store = store or MemoryStore(clock=self.time.store_ms)
         self.runner = runner
-        self.clock = StoreClock(self.store, monotonic_ns=self.time.monotonic_ns)
+        self.clock = StoreClock(self.store, monotonic_ns=self.time.monotonic_ns, sleep=self.time.sleep)
         self.errors: List[BaseException] = []
-        self.scheduler = Scheduler(self.clock, self.errors.append)
+        self.scheduler = Scheduler(self.clock, Failures(self.errors))
         self.workers = InlineWorkers()
         self.events: List[Event] = []
         self.emitter = Emitter(runner)
@@ -134,7 +149,7 @@ class Stepped:
             self.emitter.on(name, self.events.append)
         self.engine = Engine(
             self.store, runner, self.emitter, self.clock, poll_ms=poll_ms,
-            scheduler=self.scheduler, workers=self.workers, claims=InlineExecutor(),
+            scheduler=self.scheduler, workers=self.workers, executor=InlineExecutor(),
         )  # fmt: skip
 
     def peer(self, runner: str, store: Optional[Store] = None, **options: Any) -> "Stepped":

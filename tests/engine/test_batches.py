@@ -16,7 +16,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from leasecron import Claim, LeaseCron, MemoryStore, Store, StoreUnavailable
-from leasecron.engine.claims import BATCH_MAX, BATCH_MIN
+from leasecron.engine.batches import BATCH_MAX, BATCH_MIN
 from leasecron.stores import ClaimRequest, DelegatingStore
 from tests.conftest import Backend
 from tests.engine.conftest import MakeCron

@@ -14,7 +14,7 @@ import pytest
 from leasecron import MemoryStore
 from leasecron.engine.clock import StoreClock
 from leasecron.engine.scheduler import Scheduler
-from tests.engine.stepped import ManualTime, at
+from tests.engine.stepped import Failures, ManualTime, at
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -28,7 +28,7 @@ def stepped() -> Iterator[tuple]:
     clock = StoreClock(store)
     clock.sync()
     errors: List[BaseException] = []
-    scheduler = Scheduler(clock, errors.append)
+    scheduler = Scheduler(clock, Failures(errors))
     scheduler.start()
     fired: Dict[str, float] = {}
     try:
@@ -72,7 +72,7 @@ def _stepped_scheduler() -> "tuple[ManualTime, Scheduler, List[BaseException]]":
     clock = StoreClock(MemoryStore(clock=time_.store_ms), monotonic_ns=time_.monotonic_ns)
     clock.sync()
     errors: List[BaseException] = []
-    return time_, Scheduler(clock, errors.append), errors
+    return time_, Scheduler(clock, Failures(errors)), errors
 
 
 def test_run_due_runs_what_is_due_at_the_clocks_time_in_the_calling_thread() -> None:

@@ -43,10 +43,10 @@ class ClaimLog(MemoryStore):
         self.claims: List[Tuple[str, int, int]] = []
         self.claimed_jobs: List[str] = []
 
-    def claim(self, job: str, slot_ms: int, **kwargs: object) -> Claim:  # type: ignore[override]
-        self.claims.append((str(kwargs.get("reason")), slot_ms, self.now_ms()))
-        self.claimed_jobs.append(job)
-        return super().claim(job, slot_ms, **kwargs)  # type: ignore[arg-type]
+    def _claim(self, request: ClaimRequest) -> Claim:
+        self.claims.append((str(request.reason), request.slot_ms, self.now_ms()))
+        self.claimed_jobs.append(request.job)
+        return super()._claim(request)
 
     def takeovers(self, slot_ms: int) -> List[int]:
         """When each takeover claim of ``slot_ms`` was made (store ms)."""

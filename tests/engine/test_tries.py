@@ -19,12 +19,13 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 import tenacity
 
-from leasecron import Context, LeaseCron, MemoryStore
+from leasecron import Context, LeaseCron, MemoryStore, Signal
+from leasecron.engine.clock import StoreClock
+from leasecron.engine.tries import MAX_WAIT_S, Tries, retry_wait
 from leasecron.errors import ConfigError
 from leasecron.jobs import make_job
-from leasecron import Signal
-from leasecron.engine.tries import MAX_WAIT_S, Tries, retry_wait
 from tests.engine.conftest import Gates, MakeCron
+from tests.engine.stepped import ManualTime
 from tests.engine.support import CATCH_UP_HOUR, HEARTBEAT, HOURLY, LEASE, MARGIN, Recorder, stored, wait_store_time
 from tests.helpers import wait_for
 
@@ -100,6 +101,16 @@ def _job(**options: Any) -> Any:
     return make_job(lambda ctx: None, HOURLY, "j", {}, options)
 
 
+class _Noted:
+    """A live run's part in the tries: it notes each failed try that another follows, and the wait."""
+
+    def __init__(self, waits: List[Tuple[int, float]]) -> None:
+        self.waits = waits
+
+    def retrying(self, number: int, error: BaseException, wait_s: float) -> None:
+        self.waits.append((number, wait_s))
+
+
 def _context(signal: Signal) -> Context:
     from datetime import datetime, timezone
 
@@ -112,12 +123,15 @@ def test_the_waits_double_with_a_jitter_of_up_to_a_quarter_and_stop_at_60_s() ->
     waits: List[Tuple[int, float]] = []
     signal = Signal()
     job = make_job(_failing(99, []), HOURLY, "j", {}, {"retries": 3, "retry_delay_ms": 100})
-    tries = Tries(job, _context(signal), lambda n, error, wait: waits.append((n, wait)))
+    time_ = ManualTime(0)  # the waits pass on the clock the tries are given: none is waited for
+    clock = StoreClock(MemoryStore(clock=time_.store_ms), monotonic_ns=time_.monotonic_ns, sleep=time_.sleep)
+    tries = Tries(job, _context(signal), clock, _Noted(waits))
     with pytest.raises(RuntimeError, match="try 4"):
         tries.run()
     assert [n for n, _ in waits] == [1, 2, 3] and tries.number == 4
     for (_, wait), base in zip(waits, (0.1, 0.2, 0.4)):
         assert base <= wait < base + 0.025
+    assert abs(time_.monotonic_ns() / 1e9 - sum(wait for _, wait in waits)) < 1e-6
 
     policy = retry_wait(40_000)  # 40 s, then 80 s: capped at 60 s
     state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})

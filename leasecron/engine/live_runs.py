@@ -1,0 +1,86 @@
+"""The live runs: the attempts this instance won and executes, from the win until their threads are done.
+
+A won claim starts a :class:`~leasecron.engine.live.LiveRun` here; once the
+instance stops (:meth:`LiveRuns.close`), a claim still in flight that wins is
+released at once instead (a hand-over costs no attempt).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict, List
+
+from ..events import SlotText, log
+from ..jobs import Job
+from ..runs import Run
+from ..states import Reason
+from .live import LiveRun, RunSupport
+from .roles import Instance, RunKey, Threads
+
+__all__ = ["LiveRuns"]
+
+
+class LiveRuns:
+    """The runs executing on ``instance``, by (job, slot_ms), under a lock of its own; their
+    handlers and heartbeat loops run on ``workers``."""
+
+    def __init__(self, instance: Instance, workers: Threads) -> None:
+        self._instance = instance
+        self._support = RunSupport(instance, workers, self)
+        self._lock = threading.Lock()
+        self._live: Dict[RunKey, LiveRun] = {}
+        self._closed = False
+
+    def start(self, job: Job, run: Run, claim_sent: float) -> None:
+        """Execute ``run``, won by a claim sent at the monotonic time ``claim_sent`` (its local
+        deadline counts from then); once closed, release it instead."""
+        ids = (run.job, SlotText(run.slot_ms), run.attempt, run.runner, run.reason)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                live = LiveRun(self._support, job, run, claim_sent)
+                self._live[live.key] = live
+        if closed:  # won while stopping: hand it straight back, it costs no attempt
+            log.info("leasecron: won job %r slot %s attempt %d runner %r (%s) while stopping: releasing it", *ids)
+            try:
+                self._instance.store.release(run.job, run.slot_ms, run.token)
+            except Exception as exc:  # noqa: BLE001 - a backup takes it over when the lease runs out
+                log.warning("leasecron: could not release job %r slot %s attempt %d runner %r (%s): %s", *ids, exc)
+            return
+        if run.reason == Reason.TAKEOVER:
+            log.info("leasecron: took over job %r slot %s attempt %d runner %r (%s)", *ids)
+        else:
+            log.info("leasecron: won job %r slot %s attempt %d runner %r (%s)", *ids)
+        self._instance.events.emit_run("start", run, reason=run.reason)
+        live.start()
+
+    def ended(self, live: LiveRun) -> None:
+        """``live``'s threads are done with it: no thread of it touches the store any more."""
+        with self._lock:
+            if self._live.get(live.key) is live:
+                del self._live[live.key]
+
+    def is_live(self, key: RunKey) -> bool:
+        """Whether the run ``key`` is live here."""
+        return key in self._live
+
+    def holds(self, run: Run) -> bool:
+        """Whether ``run``'s current attempt (its token) is one this instance executes."""
+        with self._lock:
+            return any(live.run.token == run.token for live in self._live.values())
+
+    def runs(self) -> List[Run]:
+        """The runs executing now."""
+        with self._lock:
+            return [live.run for live in self._live.values()]
+
+    def close(self) -> List[LiveRun]:
+        """Start no run any more (a run won from now on is released); the live runs now."""
+        with self._lock:
+            self._closed = True
+            return list(self._live.values())
+
+    def left(self) -> List[LiveRun]:
+        """The live runs still executing (after a stop waited for them)."""
+        with self._lock:
+            return list(self._live.values())
