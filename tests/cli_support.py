@@ -15,6 +15,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import pytest
 
+from tests.helpers import line_reader
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
@@ -58,14 +60,13 @@ class Process:
         )  # fmt: skip
         self.lines: List[str] = []
         self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, daemon=True)
+        assert self.proc.stderr is not None
+        self._reader = line_reader(self.proc.stderr, self._add)
         self._reader.start()
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._lock:
-                self.lines.append(line.rstrip("\n"))
+    def _add(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
 
     def stderr(self) -> str:
         with self._lock:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
+import subprocess
+import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, TypeVar
+from typing import IO, Any, Callable, List, Optional, Sequence, TypeVar
 
 import pytest
 
@@ -53,3 +55,32 @@ def race_in_processes(target: Callable[..., None], args: Sequence[Sequence[Any]]
                 p.join(timeout=5)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
     return collected
+
+
+def line_reader(
+    stream: IO[Any],
+    on_line: Callable[[str], None],
+    name: Optional[str] = None,
+    at_end: Callable[[], None] = lambda: None,
+) -> threading.Thread:
+    """A daemon thread, not started, that hands each line of ``stream`` to ``on_line`` (bytes decoded
+    as UTF-8, bad bytes replaced; without its newline), and calls ``at_end`` once the stream ends."""
+
+    def read() -> None:
+        for raw in stream:
+            on_line((raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).rstrip("\n"))
+        at_end()
+
+    return threading.Thread(target=read, name=name, daemon=True)
+
+
+def reap(proc: "subprocess.Popen[Any]", reader: threading.Thread) -> None:
+    """After a SIGKILL: wait for ``proc`` to end (up to 10 s), then for the ``reader`` of its stdout
+    (up to 5 s), and close its stdout."""
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+        pass
+    reader.join(5)
+    if proc.stdout is not None:
+        proc.stdout.close()

@@ -33,6 +33,8 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence
 
 import pytest
 
+from tests.helpers import line_reader, reap
+
 EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "examples" / "gunicorn"
 EXAMPLE_FILES = ("app.py", "gunicorn.conf.py")
 
@@ -127,7 +129,8 @@ class Gunicorn:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
+        assert self.proc.stdout is not None
+        self._reader = line_reader(self.proc.stdout, self._add, name=f"read-{name}")
         self._reader.start()
 
     @property
@@ -135,14 +138,11 @@ class Gunicorn:
         """The master's pid (``python -m gunicorn`` is the master)."""
         return self.proc.pid
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            with self._cond:
-                self.lines.append(line)
-                self.seen_ms.append(now_ms())
-                self._cond.notify_all()
+    def _add(self, line: str) -> None:
+        with self._cond:
+            self.lines.append(line)
+            self.seen_ms.append(now_ms())
+            self._cond.notify_all()
 
     # -- the log ---------------------------------------------------------------------
 
@@ -255,13 +255,7 @@ class Gunicorn:
             os.killpg(self.master, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
-        self._reader.join(5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        reap(self.proc, self._reader)
         (self.cwd / f"{self.name}.log").write_text("\n".join(self.snapshot()) + "\n")
 
     def describe(self, tail: int = 80) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 
 from leasecron import Run, Store
-from tests.helpers import wait_for
+from tests.helpers import line_reader, reap, wait_for
 
 __all__ = [
     "Cluster",
@@ -65,27 +65,28 @@ class Worker:
         self.runner = runner
         self.proc = proc
         self.stderr_path = stderr_path
-        self.reader = threading.Thread(target=self._read, name=f"reader-{runner}", daemon=True)
+        assert proc.stdout is not None
+        self.reader = line_reader(proc.stdout, self._add, name=f"reader-{runner}", at_end=self._ended)
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            text = raw.decode("utf-8", "replace").strip()
-            if not text:
-                continue
-            try:
-                event = json.loads(text)
-            except ValueError:
-                event = {"event": "raw", "line": text}
-            if not isinstance(event, dict):
-                event = {"event": "raw", "line": text}
-            event.setdefault("runner", self.runner)
-            event["_seen"] = now_ms()
-            self.cluster._append(event)
+    def _add(self, line: str) -> None:
+        text = line.strip()
+        if not text:
+            return
+        try:
+            event = json.loads(text)
+        except ValueError:
+            event = {"event": "raw", "line": text}
+        if not isinstance(event, dict):
+            event = {"event": "raw", "line": text}
+        event.setdefault("runner", self.runner)
+        event["_seen"] = now_ms()
+        self.cluster._append(event)
+
+    def _ended(self) -> None:
         self.cluster._append({"event": "eof", "runner": self.runner, "pid": self.pid, "_seen": now_ms()})
 
     def send(self, signum: int) -> int:
@@ -219,13 +220,7 @@ class Cluster:
                 except ProcessLookupError:
                     pass
         for worker in self.workers.values():
-            try:
-                worker.proc.wait(10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-                pass
-            worker.reader.join(5)
-            if worker.proc.stdout is not None:
-                worker.proc.stdout.close()
+            reap(worker.proc, worker.reader)
 
     # -- events ----------------------------------------------------------------------
 
