@@ -39,7 +39,7 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional
 
-from tests.servers import HOST, POLL_INTERVAL, ServerProcess, _log_tail, free_port
+from tests.servers import HOST, POLL_INTERVAL, ServerProcess, free_port
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
@@ -236,28 +236,14 @@ class PgServer(ServerProcess):
             _make_traversable(self.data)
         deadline = time.monotonic() + timeout
         self._initdb()
-        while True:
-            with open(self.logfile, "ab") as log:
-                self._process = subprocess.Popen(
-                    self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=self._env(), cwd=str(self.data), start_new_session=True, **self._run_as(),
-                )  # fmt: skip
-            while self._process.poll() is None and time.monotonic() < deadline:
-                if self._answers():
-                    self._started_once = True
-                    return
-                time.sleep(POLL_INTERVAL)
-            exited = self._process.poll() is not None
-            if not exited or time.monotonic() >= deadline:
-                self.kill()
-                state = f"last attempt exited with code {self._process.returncode}" if exited else "no answer"
-                raise RuntimeError(
-                    f"PostgreSQL on {HOST}:{self._port} did not start within {timeout} s ({state});"
-                    f" end of {self.logfile}:\n{_log_tail(self.logfile)}"
-                )
-            if not self._port_given and not self._started_once:
-                self._port = free_port()
-            time.sleep(POLL_INTERVAL)
+        self._start_until_it_answers(deadline, timeout, "PostgreSQL")
+
+    def _launch(self) -> "subprocess.Popen[bytes]":
+        with open(self.logfile, "ab") as log:
+            return subprocess.Popen(
+                self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self._env(), cwd=str(self.data), start_new_session=True, **self._run_as(),
+            )  # fmt: skip
 
     def _answers(self) -> bool:
         """Whether our own server (its data directory is ours) accepts a connection and a query."""

@@ -118,13 +118,65 @@ class _Started:
 
 
 class ServerProcess(_Started):
-    """A server process on 127.0.0.1 with a port kept across restarts and a log file."""
+    """A server process on 127.0.0.1 with a port kept across restarts and a log file.
+
+    A subclass says how to launch it (:meth:`_launch`), how to tell that it answers
+    (:meth:`_answers`) and how to kill it (:meth:`kill`); :meth:`_start_until_it_answers`
+    launches it until it answers.
+    """
 
     #: The log's file name inside the server's directory.
     LOG_NAME = "server.log"
+    #: What a start that got no answer says (in its RuntimeError).
+    SILENT = "no answer"
     directory: Path
     _port: int
+    _port_given: bool
+    _started_once: bool
     _process: "Optional[subprocess.Popen[bytes]]"
+
+    def _launch(self) -> "subprocess.Popen[bytes]":
+        """Start the server's process."""
+        raise NotImplementedError
+
+    def _answers(self) -> bool:
+        """Whether our own process answers on our port."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """Crash the server and wait until its processes are gone."""
+        raise NotImplementedError
+
+    def _choose_new_port(self) -> None:
+        """Take a new free port, after a start that failed on the one chosen."""
+        self._port = free_port()
+
+    def _start_until_it_answers(self, deadline: float, timeout: float, name: str) -> None:
+        """Launch the server until it answers; RuntimeError naming ``name``, ``timeout`` (the seconds
+        the start was given) and the log's end if it has not by ``deadline`` (``time.monotonic()``).
+
+        A server that exits during startup (its port still held for an instant after a crash, or
+        taken meanwhile) is launched again until the deadline. Only a port this object chose
+        itself, before its first successful start, is replaced by a new free one on such a retry.
+        """
+        while True:
+            self._process = self._launch()
+            while self._process.poll() is None and time.monotonic() < deadline:
+                if self._answers():
+                    self._started_once = True
+                    return
+                time.sleep(POLL_INTERVAL)
+            exited = self._process.poll() is not None
+            if not exited or time.monotonic() >= deadline:
+                self.kill()
+                state = f"last attempt exited with code {self._process.returncode}" if exited else self.SILENT
+                raise RuntimeError(
+                    f"{name} on {HOST}:{self._port} did not start within {timeout} s ({state});"
+                    f" end of {self.logfile}:\n{_log_tail(self.logfile)}"
+                )
+            if not self._port_given and not self._started_once:
+                self._choose_new_port()
+            time.sleep(POLL_INTERVAL)
 
     @property
     def host(self) -> str:
@@ -154,6 +206,8 @@ class Server(ServerProcess):
     the directory, so a server with ``appendonly=True`` comes back with every
     acknowledged write after a crash (:meth:`kill`).
     """
+
+    SILENT = "no PONG"
 
     def __init__(
         self,
@@ -206,42 +260,28 @@ class Server(ServerProcess):
         return args
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
-        """Launch the server and wait until it answers PING; RuntimeError if it does not.
-
-        A server that exits during startup (say, its port is still held for an
-        instant after a crash) is launched again until the deadline. Only a port
-        this object chose itself, before the first successful start, is
-        replaced by a new free one on such a retry.
-        """
+        """Launch the server and wait until it answers PING; RuntimeError if it does not
+        (:meth:`ServerProcess._start_until_it_answers`)."""
         if self.running:
             raise RuntimeError(f"server on port {self._port} is already running")
         self.directory.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            self._process = subprocess.Popen(
-                self._command(),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=dict(os.environ, **self.env) if self.env else None,
-            )
-            while self._process.poll() is None and time.monotonic() < deadline:
-                if reachable(HOST, self._port) and self._answered_by_own_process():
-                    self._started_once = True
-                    return
-                time.sleep(POLL_INTERVAL)
-            exited = self._process.poll() is not None
-            if not exited or time.monotonic() >= deadline:
-                self._kill_process()
-                state = f"last attempt exited with code {self._process.returncode}" if exited else "no PONG"
-                raise RuntimeError(
-                    f"{Path(self.binary).name} on {HOST}:{self._port} did not start within {timeout} s "
-                    f"({state}); end of {self.logfile}:\n{_log_tail(self.logfile)}"
-                )
-            if not self._port_given and not self._started_once:
-                self._port = free_port()
-                if self.cluster:
-                    self.bus_port = free_port()
-            time.sleep(POLL_INTERVAL)
+        self._start_until_it_answers(time.monotonic() + timeout, timeout, Path(self.binary).name)
+
+    def _launch(self) -> "subprocess.Popen[bytes]":
+        return subprocess.Popen(
+            self._command(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=dict(os.environ, **self.env) if self.env else None,
+        )
+
+    def _answers(self) -> bool:
+        return reachable(HOST, self._port) and self._answered_by_own_process()
+
+    def _choose_new_port(self) -> None:
+        super()._choose_new_port()
+        if self.cluster:
+            self.bus_port = free_port()
 
     def _answered_by_own_process(self) -> bool:
         """Whether the server on our port is our process (not another one holding the port)."""
