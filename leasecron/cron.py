@@ -29,12 +29,12 @@ from .engine import Engine
 from .errors import ConfigError
 from .events import Callback, Emitter, SlotText, log
 from .jobs import Handler, Job, job_decorator, make_job
-from .options import OPTION_NAMES, resolve_options
+from .options import INSTANCE_OPTIONS, JOB_OPTIONS, resolve_options
 from .runs import Run
 from .schedules import ScheduleSpec
 from .engine.signals import handle_signals
 from .stores import Store, open_store
-from .limits import MAX_INT, check_text
+from .limits import check_text
 
 __all__ = ["LeaseCron", "default_runner", "instances"]
 
@@ -63,8 +63,10 @@ class LeaseCron:
 
     ``store`` is a :class:`~leasecron.Store` or a store URL. ``runner`` names
     this instance in the store (default ``"<hostname>-<pid>"``). The options
-    are the defaults of every job (each job may override them);
+    are those of :data:`leasecron.options.OPTIONS`, in its order: the job
+    options are the defaults of every job (each job may override them);
     ``stop_timeout_ms`` is how long :meth:`stop` waits for running handlers;
+    ``claim_threads`` how many threads send the instance's store calls;
     ``poll_ms`` how often a started instance asks the store for requests of
     manual runs (:meth:`trigger`): one call for all its jobs.
     """
@@ -74,22 +76,14 @@ class LeaseCron:
         store: Union[Store, str],
         runner: Optional[str] = None,
         *,
-        lease_ms: Optional[int] = None,
-        heartbeat_ms: Optional[int] = None,
-        max_attempts: Optional[int] = None,
-        overlap: Optional[str] = None,
-        catch_up_ms: Optional[int] = None,
-        max_late_ms: Optional[int] = None,
-        jitter_ms: Optional[int] = None,
-        history_size: Optional[int] = None,
-        tz: Optional[str] = None,
-        timeout_ms: Optional[int] = None,
-        retries: Optional[int] = None,
-        retry_delay_ms: Optional[int] = None,
-        stop_timeout_ms: int = 10_000,
-        claim_threads: int = 4,
-        poll_ms: int = 1_000,
-    ) -> None:
+        # the job options: the defaults of every job (None: not set here, the option's default applies)
+        lease_ms: Optional[int] = None, heartbeat_ms: Optional[int] = None, max_attempts: Optional[int] = None,
+        overlap: Optional[str] = None, catch_up_ms: Optional[int] = None, max_late_ms: Optional[int] = None,
+        jitter_ms: Optional[int] = None, history_size: Optional[int] = None, tz: Optional[str] = None,
+        timeout_ms: Optional[int] = None, retries: Optional[int] = None, retry_delay_ms: Optional[int] = None,
+        # the instance's own options
+        stop_timeout_ms: int = 10_000, claim_threads: int = 4, poll_ms: int = 1_000,
+    ) -> None:  # fmt: skip
         if isinstance(store, str):
             store = open_store(store)
         if not isinstance(store, Store):
@@ -98,12 +92,16 @@ class LeaseCron:
             raise ConfigError(f"runner must be a non-empty string, not {runner!r}")
         if runner is not None:
             check_text("runner", runner)
-        own = (("stop_timeout_ms", stop_timeout_ms, 0), ("claim_threads", claim_threads, 1), ("poll_ms", poll_ms, 1))
-        for name, value, minimum in own:
-            if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
-                raise ConfigError(f"LeaseCron: {name} must be an integer from {minimum} to 2**50, not {value!r}")
-        given = locals()  # the job options are the keyword parameters named in OPTION_NAMES
-        self._defaults: Dict[str, Any] = {name: given[name] for name in OPTION_NAMES if given[name] is not None}
+        given = dict(
+            lease_ms=lease_ms, heartbeat_ms=heartbeat_ms, max_attempts=max_attempts, overlap=overlap,
+            catch_up_ms=catch_up_ms, max_late_ms=max_late_ms, jitter_ms=jitter_ms, history_size=history_size, tz=tz,
+            timeout_ms=timeout_ms, retries=retries, retry_delay_ms=retry_delay_ms, stop_timeout_ms=stop_timeout_ms,
+            claim_threads=claim_threads, poll_ms=poll_ms,
+        )  # fmt: skip
+        for option in INSTANCE_OPTIONS:
+            option.check(given[option.name])
+        #: The job options given here: the defaults of every job.
+        self._defaults: Dict[str, Any] = {o.name: given[o.name] for o in JOB_OPTIONS if given[o.name] is not None}
         resolve_options(self._defaults, {})  # together, as a job would use them: a heartbeat under half the lease
         self.store: Store = store
         self._runner_given = runner

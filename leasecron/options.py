@@ -1,75 +1,138 @@
-"""Job options: their defaults, how a job's overrides combine with the
-instance's defaults, and their validation.
+"""The options of an instance and its jobs, declared once: :data:`OPTIONS`.
 
-Every option may be given to :class:`~leasecron.LeaseCron` (a default for all
-its jobs) and to each job (an override). ``heartbeat_ms`` left unset at both
-levels is derived from the job's own lease: ``min(5_000, lease_ms // 6)``, at
-least 1. A heartbeat must come more often than every half lease, so
-``lease_ms`` is at least 3 (a heartbeat of 1 ms under half of 3 ms): below
-that no heartbeat would do, and the error blames the lease. A bad value raises
-:class:`~leasecron.ConfigError` naming the job and the option, at registration;
-the defaults given to ``LeaseCron`` are checked together, as one job would use
-them, when it is built, and the error names ``LeaseCron``.
-
-``timeout_ms`` (default ``None``: no limit) is a whole number of ms, no less
-than the job's heartbeat: a limit shorter than one heartbeat could end a
-run before its lease was ever renewed, which is no limit a cluster could
-keep. ``retries`` (default 0) and ``retry_delay_ms`` (default 1 000) are
-whole numbers from 0; see :mod:`leasecron.engine.tries` for what they do.
+Each :class:`Option` says its name, default, the values it takes and what it
+does; the checks, the defaults, :class:`~leasecron.LeaseCron`'s signature (a
+test holds them together), the Flask config keys (:attr:`Option.config_key`)
+and the command-line flags (:attr:`Option.flag`) all come from it. A *job
+option* is a default of every job on ``LeaseCron`` and an override on each
+job; the others (``stop_timeout_ms``, ``claim_threads``, ``poll_ms``) are the
+instance's own. :func:`resolve_options` combines a job's overrides with the
+instance's defaults into a :class:`JobOptions`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .errors import ConfigError
-from .schedules import time_zone
 from .limits import MAX_INT, OVERLAP_MODES
+from .schedules import time_zone
 
-__all__ = ["JobOptions", "DEFAULTS", "OPTION_NAMES", "resolve_options", "check_option"]
+__all__ = [
+    "Option",
+    "OPTIONS",
+    "BY_NAME",
+    "JOB_OPTIONS",
+    "INSTANCE_OPTIONS",
+    "JobOptions",
+    "DEFAULTS",
+    "OPTION_NAMES",
+    "resolve_options",
+    "check_option",
+]
 
-#: The option defaults (``heartbeat_ms`` is derived from ``lease_ms``).
-DEFAULTS: Dict[str, Any] = {
-    "lease_ms": 30_000,
-    "heartbeat_ms": None,
-    "max_attempts": 3,
-    "overlap": "skip",
-    "catch_up_ms": 300_000,
-    "max_late_ms": 30_000,
-    "jitter_ms": 1_000,
-    "history_size": 100,
-    "tz": "UTC",
-    "timeout_ms": None,
-    "retries": 0,
-    "retry_delay_ms": 1_000,
-}
-OPTION_NAMES = tuple(DEFAULTS)
 
-# name -> smallest value allowed, for the integer options.
-_MINIMUM = {
-    "lease_ms": 3,
-    "heartbeat_ms": 1,
-    "max_attempts": 1,
-    "catch_up_ms": 0,
-    "max_late_ms": 0,
-    "jitter_ms": 0,
-    "history_size": 0,
-    "timeout_ms": 1,
-    "retries": 0,
-    "retry_delay_ms": 0,
-}
-#: The options whose ``None`` is a value of its own (heartbeat_ms: derived; timeout_ms: no limit).
-_NONE_ALLOWED = ("heartbeat_ms", "timeout_ms")
-# name -> why a value under its minimum is too small, where the minimum is not obvious.
-_TOO_SMALL = {
-    "lease_ms": "too short for a heartbeat: heartbeat_ms, at least 1, must stay under half of it",
-}
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option: ``name``, ``default`` and what it does (``doc``).
+
+    An integer option has a ``minimum`` (and at most 2**50); ``none`` says
+    what ``None`` means where it is a value of its own; ``choices`` are the
+    values of a text option that takes a few; ``job`` is false for an option
+    of the instance alone.
+    """
+
+    name: str
+    default: Any
+    doc: str
+    minimum: Optional[int] = None
+    none: Optional[str] = None
+    choices: Tuple[str, ...] = ()
+    job: bool = True
+    #: Why a value under the minimum is too small, where that is not obvious.
+    too_small: str = "too small"
+
+    @property
+    def integer(self) -> bool:
+        """Whether the option takes a whole number (ms, a count)."""
+        return self.minimum is not None
+
+    @property
+    def config_key(self) -> str:
+        """Its key in a Flask app's config: ``LEASECRON_LEASE_MS``."""
+        return f"LEASECRON_{self.name.upper()}"
+
+    @property
+    def flag(self) -> str:
+        """Its command-line flag: ``--lease-ms``."""
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: Any, where: str = "LeaseCron") -> None:
+        """Raise :class:`~leasecron.ConfigError`, naming ``where`` and the option, unless ``value`` fits."""
+        if value is None and self.none is not None:
+            return
+        if self.integer:
+            assert self.minimum is not None
+            if not self.job and not (isinstance(value, int) and not isinstance(value, bool)
+                                     and self.minimum <= value <= MAX_INT):  # fmt: skip
+                raise ConfigError(f"{where}: {self.name} must be an integer from {self.minimum} to 2**50, not {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{where}: {self.name} must be an integer, not {value!r}")
+            if value < self.minimum:
+                kind = "negative" if value < 0 else self.too_small
+                raise ConfigError(f"{where}: {self.name} must be >= {self.minimum}, not {value!r} ({kind})")
+            if value > MAX_INT:
+                raise ConfigError(f"{where}: {self.name} must be at most 2**50, not {value!r}")
+        elif self.choices:
+            if value not in self.choices:
+                allowed = " or ".join(repr(choice) for choice in self.choices)
+                raise ConfigError(f"{where}: {self.name} must be {allowed}, not {value!r}")
+        elif self.name == "tz":
+            try:
+                time_zone(value)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: tz: {exc}") from None
+
+
+#: Every option, in the order of :class:`~leasecron.LeaseCron`'s signature.
+OPTIONS: Tuple[Option, ...] = (
+    Option("lease_ms", 30_000, "how long a runner's lease lasts without a renewal", minimum=3,
+           too_small="too short for a heartbeat: heartbeat_ms, at least 1, must stay under half of it"),
+    Option("heartbeat_ms", None, "how often a runner renews its lease; under half of lease_ms", minimum=1,
+           none="min(5 000, lease_ms // 6), at least 1"),
+    Option("max_attempts", 3, "attempts of a run whose runners died before it is interrupted", minimum=1),
+    Option("overlap", "skip", "whether a slot starts while an earlier one runs", choices=OVERLAP_MODES),
+    Option("catch_up_ms", 300_000, "how old a missed slot may be to run on start (0: never)", minimum=0),
+    Option("max_late_ms", 30_000, "how late a slot may still be claimed", minimum=0),
+    Option("jitter_ms", 1_000, "the largest random delay of an instance's claims after a slot", minimum=0),
+    Option("history_size", 100, "finished runs the store keeps per job", minimum=0),
+    Option("tz", "UTC", "the time zone a cron schedule is read in (an IANA name)"),
+    Option("timeout_ms", None, "how long an attempt may run before its signal aborts", minimum=1,
+           none="no limit"),
+    Option("retries", 0, "more tries of a handler that raised, under the same lease", minimum=0),
+    Option("retry_delay_ms", 1_000, "the wait before the first retry, doubled after each", minimum=0),
+    Option("stop_timeout_ms", 10_000, "how long stop() waits for running handlers", minimum=0, job=False),
+    Option("claim_threads", 4, "the threads that send the instance's store calls", minimum=1, job=False),
+    Option("poll_ms", 1_000, "how often a started instance asks for requests of manual runs", minimum=1,
+           job=False),
+)  # fmt: skip
+#: The options by name.
+BY_NAME: Dict[str, Option] = {option.name: option for option in OPTIONS}
+#: The job options: defaults on LeaseCron, overrides on each job.
+JOB_OPTIONS: Tuple[Option, ...] = tuple(option for option in OPTIONS if option.job)
+#: The options of the instance alone.
+INSTANCE_OPTIONS: Tuple[Option, ...] = tuple(option for option in OPTIONS if not option.job)
+#: The job options' names.
+OPTION_NAMES: Tuple[str, ...] = tuple(option.name for option in JOB_OPTIONS)
+#: The job options' defaults (``heartbeat_ms``'s ``None``: derived from ``lease_ms``).
+DEFAULTS: Dict[str, Any] = {option.name: option.default for option in JOB_OPTIONS}
 
 
 @dataclasses.dataclass(frozen=True)
 class JobOptions:
-    """The options a job runs with, every one resolved to a value."""
+    """The options a job runs with, every one resolved to a value: a field for each job option of
+    :data:`OPTIONS`, in its order (a test holds them together)."""
 
     lease_ms: int
     heartbeat_ms: int
@@ -80,9 +143,9 @@ class JobOptions:
     jitter_ms: int
     history_size: int
     tz: str
-    timeout_ms: Optional[int] = None
-    retries: int = 0
-    retry_delay_ms: int = 1_000
+    timeout_ms: Optional[int] = DEFAULTS["timeout_ms"]
+    retries: int = DEFAULTS["retries"]
+    retry_delay_ms: int = DEFAULTS["retry_delay_ms"]
 
 
 def _describe(job: Optional[str]) -> str:
@@ -90,29 +153,12 @@ def _describe(job: Optional[str]) -> str:
 
 
 def check_option(name: str, value: Any, job: Optional[str] = None) -> None:
-    """Raise :class:`~leasecron.ConfigError` if ``value`` is not valid for option ``name``."""
+    """Raise :class:`~leasecron.ConfigError` if ``value`` is not valid for the job option ``name``."""
     where = _describe(job)
-    if name not in DEFAULTS:
+    option = BY_NAME.get(name)
+    if option is None or not option.job:
         raise ConfigError(f"{where}: unknown option {name!r}; known: {', '.join(OPTION_NAMES)}")
-    if value is None and name in _NONE_ALLOWED:
-        return
-    if name in _MINIMUM:
-        minimum = _MINIMUM[name]
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{where}: {name} must be an integer, not {value!r}")
-        if value < minimum:
-            kind = "negative" if value < 0 else _TOO_SMALL.get(name, "too small")
-            raise ConfigError(f"{where}: {name} must be >= {minimum}, not {value!r} ({kind})")
-        if value > MAX_INT:
-            raise ConfigError(f"{where}: {name} must be at most 2**50, not {value!r}")
-    elif name == "overlap":
-        if value not in OVERLAP_MODES:
-            raise ConfigError(f"{where}: overlap must be 'skip' or 'allow', not {value!r}")
-    elif name == "tz":
-        try:
-            time_zone(value)
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: tz: {exc}") from None
+    option.check(value, where)
 
 
 def resolve_options(

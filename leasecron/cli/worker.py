@@ -34,6 +34,7 @@ from typing import Any, List, Optional
 
 from .. import Aborted, Context, Event, LeaseCron, open_store
 from ..events import EVENT_TYPES
+from ..options import OPTIONS
 from ..states import Status
 
 __all__ = ["main"]
@@ -49,6 +50,10 @@ def emit(runner: str, event: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
+#: Where the demo's workers differ from a service's defaults: short leases, no jitter, no catch-up.
+_WORKER_DEFAULTS = {"lease_ms": 1_000, "heartbeat_ms": 100, "jitter_ms": 0, "catch_up_ms": 0, "stop_timeout_ms": 5_000}
+
+
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m leasecron.cli.worker", description=__doc__.split("\n")[0])
     p.add_argument(
@@ -60,18 +65,14 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--job", default="demo", help="job name (default: demo)")
     p.add_argument("--every", type=float, default=2.0, help="interval in seconds (default: 2)")
     p.add_argument("--work", type=float, default=0.5, help="seconds the handler works (default: 0.5)")
-    p.add_argument("--lease-ms", type=int, default=1_000)
-    p.add_argument("--heartbeat-ms", type=int, default=100)
-    p.add_argument("--jitter-ms", type=int, default=0)
-    p.add_argument("--catch-up-ms", type=int, default=0)
-    p.add_argument("--max-late-ms", type=int, default=30_000)
-    p.add_argument("--overlap", default="skip", choices=["skip", "allow"])
-    p.add_argument("--stop-timeout-ms", type=int, default=5_000)
-    p.add_argument("--poll-ms", type=int, default=1_000, help="how often to poll for manual runs (default: 1000)")
-    p.add_argument("--history-size", type=int, default=100, help="finished runs the store keeps (default: 100)")
-    p.add_argument("--timeout-ms", type=int, default=None, help="the job's timeout_ms (default: none)")
-    p.add_argument("--retries", type=int, default=0, help="the job's retries (default: 0)")
-    p.add_argument("--retry-delay-ms", type=int, default=1_000, help="the job's retry_delay_ms (default: 1000)")
+    for option in OPTIONS:  # every option of LeaseCron, as its flag
+        default = _WORKER_DEFAULTS.get(option.name, option.default)
+        shown = "none" if default is None else default
+        if option.integer:
+            p.add_argument(option.flag, type=int, default=default, help=f"{option.doc} (default: {shown})")
+        else:
+            choices = list(option.choices) or None
+            p.add_argument(option.flag, default=default, choices=choices, help=f"{option.doc} (default: {shown})")
     p.add_argument("--fail-tries", type=int, default=0, help="the handler raises in its first N tries (default: 0)")
     p.add_argument("--ignore-abort", action="store_true", help="the handler ignores its signal")
     p.add_argument("--probe-finish", action="store_true", help="after lost, try a finish with the old token")
@@ -85,22 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run the worker until SIGTERM or SIGINT."""
     args = parse_args(argv)
     store = open_store(args.store)
-    cron = LeaseCron(
-        store,
-        runner=args.runner,
-        lease_ms=args.lease_ms,
-        heartbeat_ms=args.heartbeat_ms,
-        jitter_ms=args.jitter_ms,
-        catch_up_ms=args.catch_up_ms,
-        max_late_ms=args.max_late_ms,
-        overlap=args.overlap,
-        stop_timeout_ms=args.stop_timeout_ms,
-        history_size=args.history_size,
-        poll_ms=args.poll_ms,
-        timeout_ms=args.timeout_ms,
-        retries=args.retries,
-        retry_delay_ms=args.retry_delay_ms,
-    )
+    cron = LeaseCron(store, runner=args.runner, **{option.name: getattr(args, option.name) for option in OPTIONS})
     runner = args.runner
 
     def handler(ctx: Context) -> None:

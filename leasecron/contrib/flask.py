@@ -82,7 +82,7 @@ except ImportError as exc:  # pragma: no cover - the test environment has Flask
 from ..errors import ConfigError
 from ..events import EVENT_TYPES, Callback, Event
 from ..jobs import Handler, job_decorator, job_name, job_schedule
-from ..options import OPTION_NAMES, check_option
+from ..options import OPTION_NAMES, OPTIONS, check_option
 from ..cron import LeaseCron
 from ..schedules import ScheduleSpec
 from ..stores import Store, open_store
@@ -94,13 +94,11 @@ __all__ = ["LeaseCronExtension", "CONFIG_KEYS", "EXTENSION_KEY", "cli"]
 CONFIG_KEYS: Dict[str, str] = {
     "LEASECRON_STORE": "store",
     "LEASECRON_RUNNER": "runner",
-    **{f"LEASECRON_{name.upper()}": name for name in OPTION_NAMES},
-    "LEASECRON_STOP_TIMEOUT_MS": "stop_timeout_ms",
-    "LEASECRON_CLAIM_THREADS": "claim_threads",
-    "LEASECRON_POLL_MS": "poll_ms",
+    **{option.config_key: option.name for option in OPTIONS},
 }
 _KEY_OF = {name: key for key, name in CONFIG_KEYS.items()}
-_TEXT_OPTIONS = ("store", "runner", "overlap", "tz")
+#: The settings given as text (the others are whole numbers, also when given as text).
+_TEXT_OPTIONS = ("store", "runner", *(option.name for option in OPTIONS if not option.integer))
 
 
 class LeaseCronExtension:

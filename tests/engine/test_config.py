@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import socket
 from datetime import timedelta
@@ -11,7 +13,8 @@ import pytest
 
 import leasecron
 from leasecron import ConfigError, LeaseCron, MemoryStore
-from leasecron.options import JobOptions
+from leasecron.cli import worker
+from leasecron.options import DEFAULTS, OPTIONS, JobOptions
 from tests.conftest import Backend
 
 
@@ -30,66 +33,67 @@ def cron() -> LeaseCron:
     c.stop(timeout=0)
 
 
-DOCUMENTED_DEFAULTS: Dict[str, Any] = dict(
-    lease_ms=30_000,
-    heartbeat_ms=5_000,
-    max_attempts=3,
-    overlap="skip",
-    catch_up_ms=300_000,
-    max_late_ms=30_000,
-    jitter_ms=1_000,
-    history_size=100,
-    tz="UTC",
-)
+#: The defaults the spec documents (heartbeat_ms: min(5 000, lease_ms // 6) of the default lease).
+DOCUMENTED_DEFAULTS: Dict[str, Any] = {
+    "lease_ms": 30_000, "heartbeat_ms": 5_000, "max_attempts": 3, "overlap": "skip", "catch_up_ms": 300_000,
+    "max_late_ms": 30_000, "jitter_ms": 1_000, "history_size": 100, "tz": "UTC", "timeout_ms": None, "retries": 0,
+    "retry_delay_ms": 1_000,
+}  # fmt: skip
 
 
 def test_every_option_has_its_documented_default(cron: LeaseCron) -> None:
     """Each option left unset takes its documented default; stop_timeout_ms defaults to 10 000."""
     cron.add_job(noop, 60, name="j")
-    options = cron.jobs["j"].options
-    for name, value in DOCUMENTED_DEFAULTS.items():
-        assert getattr(options, name) == value, name
-    assert cron.stop_timeout_ms == 10_000
+    assert dataclasses.asdict(cron.jobs["j"].options) == DOCUMENTED_DEFAULTS
+    assert (cron.stop_timeout_ms, cron.poll_ms) == (10_000, 1_000)
+
+
+def test_the_signature_of_lease_cron_is_the_table_of_options() -> None:
+    """LeaseCron's keyword parameters are the options of leasecron.options.OPTIONS, in its order: a
+    job option defaults to None (not set: the job default applies), an instance option to its default."""
+    parameters = list(inspect.signature(LeaseCron.__init__).parameters.values())
+    assert [p.name for p in parameters[:3]] == ["self", "store", "runner"]
+    keyword = parameters[3:]
+    assert all(p.kind == inspect.Parameter.KEYWORD_ONLY for p in keyword)
+    assert [p.name for p in keyword] == [option.name for option in OPTIONS]
+    assert [p.default for p in keyword] == [option.default if not option.job else None for option in OPTIONS]
+    assert [f.name for f in dataclasses.fields(JobOptions)] == [option.name for option in OPTIONS if option.job]
+    assert {name: DEFAULTS[name] for name in ("lease_ms", "overlap", "retries")} == {
+        "lease_ms": 30_000, "overlap": "skip", "retries": 0,
+    }  # fmt: skip
+
+
+def test_the_flask_config_keys_and_the_worker_flags_are_the_options() -> None:
+    """Each option is a Flask config key LEASECRON_<NAME> and a flag --<name> of the demo's worker."""
+    flask = pytest.importorskip("leasecron.contrib.flask")
+    assert {key: name for key, name in flask.CONFIG_KEYS.items() if name not in ("store", "runner")} == {
+        f"LEASECRON_{option.name.upper()}": option.name for option in OPTIONS
+    }
+    args = worker.parse_args(["--store", "memory://", "--runner", "r", "--poll-ms", "7", "--overlap", "allow"])
+    assert all(hasattr(args, option.name) for option in OPTIONS)
+    assert (args.poll_ms, args.overlap, args.retries) == (7, "allow", 0)
+    with pytest.raises(SystemExit):
+        worker.parse_args(["--store", "memory://", "--runner", "r", "--overlap", "sometimes"])
+
+
+#: A job that overrides every option but the tries: what it runs with.
+OVERRIDES: Dict[str, Any] = {
+    "lease_ms": 2_000, "heartbeat_ms": 300, "max_attempts": 1, "overlap": "skip", "catch_up_ms": 0,
+    "max_late_ms": 1_000, "jitter_ms": 0, "history_size": 5, "tz": "Europe/Berlin",
+}  # fmt: skip
 
 
 def test_job_overrides_replace_instance_defaults() -> None:
     """A job's options override the LeaseCron defaults; other jobs keep the defaults."""
     cron = LeaseCron(MemoryStore(), runner="r", lease_ms=60_000, max_attempts=5, overlap="allow", jitter_ms=7)
     cron.add_job(noop, 60, name="plain")
-    cron.add_job(
-        noop,
-        60,
-        name="own",
-        lease_ms=2_000,
-        heartbeat_ms=300,
-        max_attempts=1,
-        overlap="skip",
-        catch_up_ms=0,
-        max_late_ms=1_000,
-        jitter_ms=0,
-        history_size=5,
-        tz="Europe/Berlin",
-    )
+    cron.add_job(noop, 60, name="own", **OVERRIDES)
     plain, own = cron.jobs["plain"].options, cron.jobs["own"].options
     assert (plain.lease_ms, plain.heartbeat_ms, plain.max_attempts, plain.overlap, plain.jitter_ms) == (
-        60_000,
-        5_000,
-        5,
-        "allow",
-        7,
-    )
+        60_000, 5_000, 5, "allow", 7,
+    )  # fmt: skip
     assert (plain.catch_up_ms, plain.max_late_ms, plain.history_size, plain.tz) == (300_000, 30_000, 100, "UTC")
-    assert own == JobOptions(
-        lease_ms=2_000,
-        heartbeat_ms=300,
-        max_attempts=1,
-        overlap="skip",
-        catch_up_ms=0,
-        max_late_ms=1_000,
-        jitter_ms=0,
-        history_size=5,
-        tz="Europe/Berlin",
-    )
+    assert own == JobOptions(**OVERRIDES)
 
 
 @pytest.mark.parametrize(

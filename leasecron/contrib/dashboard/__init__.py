@@ -40,7 +40,7 @@ nothing of :mod:`leasecron.cli`.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 try:
     from flask import Blueprint, Flask, Response, request
@@ -125,18 +125,10 @@ def _add_converter(state: BlueprintSetupState) -> None:
         raise ConfigError(f"the Flask app has a URL converter {CONVERTER!r} of its own: the dashboard needs the name")
 
 
-def create_app(
-    store: Store,
-    *,
-    cron: Optional[LeaseCron] = None,
-    read_only: bool = False,
-    password: Optional[str] = None,
-    refresh_ms: int = 2000,
-) -> Flask:
+def create_app(store: Store, **options: Any) -> Flask:
     """A Flask app that serves the dashboard of ``store`` at ``/`` (what ``leasecron dashboard``
-    serves); the arguments are :func:`blueprint`'s."""
+    serves); ``options`` are :func:`blueprint`'s (``cron``, ``read_only``, ``password``,
+    ``refresh_ms``), all but ``name``."""
     app = Flask(__name__, static_folder=None)  # the blueprint's static folder serves /static
-    app.register_blueprint(
-        blueprint(store, cron=cron, read_only=read_only, password=password, refresh_ms=refresh_ms)
-    )
+    app.register_blueprint(blueprint(store, **options))
     return app
