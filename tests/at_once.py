@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Dict, Generic, List, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Dict, Generic, List, Tuple, TypeVar, Union
 
 import pytest
 
@@ -61,7 +60,7 @@ class StartedAtOnce(Generic[Started]):
     A subclass gives :meth:`selected` (the keys of the copies this session runs, see
     :func:`tests.conftest.selected_items`) and :meth:`launch` (start one: the process first in
     the tuple it returns); a test calls :meth:`started` for its own key. A module-scoped fixture
-    yields one inside ``with``, which closes it at the end of the module.
+    yields one inside ``with contextlib.closing(...)``: closed at the end of the module.
     """
 
     def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -94,14 +93,6 @@ class StartedAtOnce(Generic[Started]):
             self._started[key] = self.launch(key)
         except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:  # raised in its own test
             self._started[key] = exc
-
-    def __enter__(self) -> "StartedAtOnce[Started]":
-        return self
-
-    def __exit__(
-        self, kind: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop every process still going (its test never waited for it)."""

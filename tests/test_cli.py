@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -597,7 +597,7 @@ class DemoRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Optional[Backe
 @pytest.fixture(scope="module")
 def demo_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRuns]:
     """The module's :class:`DemoRuns`."""
-    with DemoRuns(request, tmp_path_factory) as runs:
+    with closing(DemoRuns(request, tmp_path_factory)) as runs:
         yield runs
 
 

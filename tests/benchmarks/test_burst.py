@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -72,7 +73,7 @@ class BurstRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Path]]):
 @pytest.fixture(scope="module")
 def burst_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BurstRuns]:
     """The module's :class:`BurstRuns`."""
-    with BurstRuns(request, tmp_path_factory) as runs:
+    with closing(BurstRuns(request, tmp_path_factory)) as runs:
         yield runs
 
 

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -85,7 +86,7 @@ class PollRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Path]]):
 @pytest.fixture(scope="module")
 def poll_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PollRuns]:
     """The module's :class:`PollRuns`."""
-    with PollRuns(request, tmp_path_factory) as runs:
+    with closing(PollRuns(request, tmp_path_factory)) as runs:
         yield runs
 
 

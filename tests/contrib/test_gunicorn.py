@@ -31,6 +31,7 @@ import textwrap
 import threading
 import urllib.request
 import uuid
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -235,11 +236,8 @@ def exactly_once_runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ExactlyOnceRuns]:
     """The module's :class:`ExactlyOnceRuns`."""
-    runs = ExactlyOnceRuns(request, tmp_path_factory)
-    try:
+    with closing(ExactlyOnceRuns(request, tmp_path_factory)) as runs:
         yield runs
-    finally:
-        runs.close()
 
 
 @pytest.mark.timeout(90)

@@ -10,6 +10,7 @@ apart from the schedule. Times are real, on the store's clock, as in ``test_cont
 from __future__ import annotations
 
 import dataclasses
+from contextlib import closing
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import pytest
@@ -340,9 +341,8 @@ def expiring_requests(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ExpiringRequests]:
     """The module's :class:`ExpiringRequests`; its stores are closed at the end of the module."""
-    made = ExpiringRequests(request, tmp_path_factory)
-    yield made
-    made.close()
+    with closing(ExpiringRequests(request, tmp_path_factory)) as made:
+        yield made
 
 
 @pytest.fixture(autouse=True)
