@@ -4,8 +4,9 @@ The scheduler thread hands each scheduled or catch-up claim to
 :meth:`Batches.gather`; once its pass is over, the gathered claims go to the
 claim pool cut into about two batches per pool thread, each instance in its
 own shuffled order, so the first runs start while later batches are on their
-way and the instances split the runs between them (``docs/design.rst``,
-"Slot boundaries"). One claim alone is sent as a single claim.
+way and the instances split the runs between them (``docs/performance.rst``,
+"How an instance meets a slot boundary"). One claim alone is sent as a
+single claim.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Calling a job's handler: a plain function, or one that returns an awaitable.
 
-A handler is called on a worker thread, with the run's
-:class:`~leasecron.Context` when it takes an argument. When it returns an
-awaitable (an ``async def`` handler returns a coroutine), the awaitable runs
-to its end in an event loop of its own, created on that worker thread and
-closed afterwards, as :func:`asyncio.run` would: the handler's run is not
-over until its coroutine is.
-
-An abort of ``ctx.signal`` (``stop``, ``lost``) cancels the coroutine. The
-cancellation counts as the handler stopping for that reason: it is raised
-as :class:`~leasecron.Aborted`, so a stop hands the run over, exactly as a
-plain handler that calls ``ctx.signal.raise_if_aborted()``. A coroutine that
-catches the cancellation and returns has returned (the run succeeded).
+An awaitable (an ``async def`` handler's coroutine) runs to its end in an
+event loop of its own on the worker thread, as :func:`asyncio.run` would. An
+abort of ``ctx.signal`` cancels it, and the cancellation is raised as
+:class:`~leasecron.Aborted`: a stop hands the run over, as it does for a
+plain handler that calls ``ctx.signal.raise_if_aborted()``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The roles the engine's parts play for one another: each part is given the few it needs.
 
 Every part is given the :class:`Instance` it belongs to (its store, runner
-name, clock, timers, claim pool and events) and, by name, the other parts
-it works with.
-
-A part holds its collaborators as named objects with a small interface, never
-as loose callables: reading ``self._timers.call_later(...)`` or
-``self._live.start(...)`` tells where the call goes. The concrete parts are
-:class:`~leasecron.engine.scheduler.Scheduler` (:class:`Timers`),
-:class:`~leasecron.engine.claim_pool.ClaimPool` (:class:`Tasks`),
-:class:`~leasecron.engine.workers.Workers` (:class:`Threads`),
-:class:`~leasecron.engine.roster.Roster` (:class:`Claimable`),
-:class:`~leasecron.engine.live_runs.LiveRuns` (:class:`Starter`) and
-:class:`~leasecron.engine.claims.Claims` (:class:`Watcher`, :class:`Sender`).
-A part that tells the user's callbacks is given the instance's
-:class:`~leasecron.events.Emitter` itself. A test may give a part any object
-that plays the role.
+name, clock, timers, claim pool and events) and, by name, the other parts it
+works with, as objects with a small interface, never as loose callables:
+``self._live.start(...)`` says where the call goes. A test may give a part
+any object that plays the role.
 """
 
 from __future__ import annotations

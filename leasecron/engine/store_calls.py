@@ -1,18 +1,10 @@
-"""Retrying store calls, never past the time in which their answer matters.
+"""Retrying store calls, never past the time in which their answer matters (:func:`call_until`).
 
-A heartbeat is retried until its local lease deadline; a scheduled claim
-until it would be late; a backup's check until its next check; a run's
-finish or release until its local lease deadline; the start-up's read of a
-job's unfinished runs for two heartbeats. What is retried is the caller's
-choice (``retry_on``): by default only :class:`~leasecron.StoreUnavailable`,
-a failure worth retrying (a claim, a finish or a read that fails otherwise
-is reported at once); the heartbeat loop retries every ``Exception``, as its
-lease is judged by the deadline, whatever the error.
-
-Almost every call succeeds at once, so the first attempt is a plain call;
-tenacity (whose machinery costs tens of microseconds a call, more than a
-SQLite claim) takes over only after a first failure. The waits between
-attempts are the same either way: ``backoff(n)`` before attempt ``n + 1``.
+The caller gives the deadline (a heartbeat: its local lease deadline; a
+claim: when it would be late) and what to retry (by default only
+:class:`~leasecron.StoreUnavailable`). The first try is a plain call;
+tenacity takes over only after a failure (``docs/design.rst``, "Store calls
+and their retries").
 """
 
 from __future__ import annotations

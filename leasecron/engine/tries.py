@@ -1,34 +1,10 @@
 """The tries of one attempt: a handler called again when it raises, and the attempt's time limit.
 
-An *attempt* is what the store knows: one runner holding one lease (see
-:mod:`leasecron.engine.live`). Within it, the instance that won it may call the
-handler more than once — its *tries* — without asking the store anything:
-
-* ``retries`` (default 0) more tries after a try that raised an
-  ``Exception``, each after a wait of ``retry_delay_ms`` doubled after each
-  try (1 s, 2 s, 4 s, ... by default), plus a random jitter of up to a
-  quarter of ``retry_delay_ms``, and at most :data:`MAX_WAIT_S` a wait
-  (:func:`retry_wait`; tenacity's ``Retrying`` runs the tries). ``ctx.try_number``
-  counts the tries from 1; each failed try that is followed by another
-  calls ``on_retry`` (the instance emits the ``retry`` event). The lease is
-  renewed all along, by the run's heartbeat loop, as while a handler runs:
-  no other runner can start the slot meanwhile.
-* No try follows once the run's signal was aborted: ``stop`` (the wait is cut
-  short and the run is handed over, its next attempt starting at try 1 on a
-  backup), ``lost`` (the run is no longer this instance's) or ``timeout``.
-  The error that ends the tries is the last try's (or :class:`Aborted`, when
-  the signal cut a wait short).
-* ``timeout_ms`` (default ``None``: no limit) counts from the first try's
-  start, waits included: when it passes, the live run aborts the signal with
-  reason ``"timeout"`` (:meth:`leasecron.engine.live.LiveRun.start` sets the timer).
-  The handler is asked to stop, not killed: Python cannot stop a thread from
-  outside, so a handler that ignores its signal runs on, and keeps its lease
-  (the heartbeats go on until it returns), because a second runner must never
-  start while the first still runs. The run then ends ``failed`` with
-  ``timed out after N ms``, whatever the handler did after the limit.
-
-With ``retries`` 0 (the default) the handler is called once, with no
-tenacity machinery in the way, exactly as before there were retries.
+Within one attempt (one lease), the instance may call the handler ``retries``
+more times after a try that raised, each after a doubling wait with jitter
+(:func:`retry_wait`), while the signal is not aborted; ``ctx.try_number``
+counts the tries. ``timeout_ms`` counts from the first try: the live run
+aborts the signal then (``docs/design.rst``, "Tries and the time limit").
 """
 
 from __future__ import annotations

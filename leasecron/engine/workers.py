@@ -1,20 +1,11 @@
 """Workers: the threads that run handlers and heartbeat loops, reused from run to run.
 
-Every live run needs a thread for its handler and, once it has run for a
-heartbeat, one for its heartbeats. Starting a thread is work a short run
-need not pay for: ``Thread.start()`` blocks its caller until the new thread
-has taken the GIL, and the claim thread that won the run waits that long
-before it sends the next claim. So the threads are kept: :class:`Workers`
-hands a task to an idle thread when there is one and starts a new thread
-only when there is none. There is no upper bound (a handler never waits for
-another to end), so the threads grow with the live runs and shrink again: a
-thread idle for ``idle_s`` exits.
-
-Each task runs in a fresh :class:`contextvars.Context`, as in a new thread,
-and under a thread name of its own (``leasecron-run-<job>@<slot>#<attempt>``);
-an idle thread is named ``leasecron-worker``. Thread-local data
-(``threading.local``) a handler leaves behind is seen by the next task of the
-same thread, as in any thread pool.
+Starting a thread is work a short run need not pay for, so :class:`Workers`
+hands a task to an idle thread when there is one and starts a new one only
+when there is none; there is no upper bound (a handler never waits for
+another), and a thread idle for ``idle_s`` exits. Each task runs in a fresh
+:class:`contextvars.Context`, under a thread name of its own
+(``leasecron-run-<job>@<slot>#<attempt>``).
 """
 
 from __future__ import annotations
