@@ -16,8 +16,9 @@ from typing import List, Tuple
 
 import pytest
 
-from leasecron import LeaseCron, MemoryStore, Store
+from leasecron import LeaseCron, MemoryStore, Store, StoreUnavailable
 from leasecron.controls import ManualRequest
+from leasecron.engine.store_calls import BACKOFF_FIRST_S
 from leasecron.events import slot_text
 from leasecron.runs import Claim
 from leasecron.stores import ClaimRequest, DelegatingStore
@@ -146,6 +147,38 @@ def test_only_the_latest_missed_slot_is_caught_up() -> None:
 
 
 # -- skipped claims ----------------------------------------------------------------------------
+
+
+class AnswerLost(DelegatingStore):
+    """Decides the first ``lost`` claims and then loses their answers (StoreUnavailable), as a
+    timeout after the store ran them would; the tries are noted (token, the instance's time)."""
+
+    def __init__(self, inner: Store, lost: int) -> None:
+        super().__init__(inner)
+        self.lost = lost
+        self.tries: List[Tuple[str, int]] = []
+
+    def _claim(self, request: ClaimRequest) -> Claim:
+        claim = super()._claim(request)
+        self.tries.append((str(request.token), self.inner.now_ms()))
+        if len(self.tries) <= self.lost:
+            raise StoreUnavailable("the answer was lost")
+        return claim
+
+
+def test_a_claim_whose_answer_was_lost_is_retried_on_the_instances_clock_and_wins_the_same_attempt() -> None:
+    """Every wait of the engine is on the clock it is given: a claim's retries after lost answers
+    pass on the stepped time (a backoff each), with the claim's one token, and win attempt 1 (rule 2)."""
+    time = ManualTime(at(0.5))
+    store = AnswerLost(MemoryStore(clock=time.store_ms), lost=2)
+    s = Stepped(at(0.5), time=time, store=store)
+    s.boot(s.job(1, catch_up_ms=0, jitter_ms=0))
+    s.advance_to(at(1))
+    assert s.started() == [{"slot_ms": at(1), "attempt": 1, "reason": "schedule"}]
+    (token, first), (_, second), (_, third) = store.tries
+    assert {t for t, _ in store.tries} == {token} and stored(s.store, "job", at(1)).token == token
+    assert second - first >= BACKOFF_FIRST_S * 1000 and third - second >= 2 * BACKOFF_FIRST_S * 1000
+    s.stop()
 
 
 def test_a_claim_refused_as_late_emits_skip_late_and_later_slots_run() -> None:
