@@ -28,7 +28,7 @@ boot is done), and then watches it for ``--seconds``:
 * **scheduler wake-ups**: the scheduler thread (``leasecron/engine/scheduler.py``)
   sleeps on a condition variable until its earliest entry is due; each
   return from that wait is a wake-up. The benchmark counts them by patching,
-  from the outside, ``leasecron.engine.Scheduler`` with a subclass whose
+  from the outside, ``leasecron.engine.core.Scheduler`` with a subclass whose
   condition variable counts its waits (leasecron itself is not changed); it
   also counts the entries the thread ran (each planned entry is wrapped) and
   shows how many the heap holds (one per job's next slot). Shown per minute
@@ -83,11 +83,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import leasecron
-import leasecron.engine
+import leasecron.engine.core
 from leasecron import Context, LeaseCron, MemoryStore, Run, Store, open_store
 from leasecron.engine.clock import StoreClock
 from leasecron.engine.scheduler import Scheduler
 from leasecron.engine.workers import IDLE_NAME
+from leasecron.events import Emitter
 
 #: How often the threads are sampled during the window, in seconds.
 SAMPLE_S = 0.25
@@ -123,14 +124,14 @@ class CountingCondition(threading.Condition):
 class CountingScheduler(Scheduler):
     """:class:`leasecron.engine.scheduler.Scheduler` that counts the scheduler thread's wake-ups and the tasks it runs.
 
-    Installed as ``leasecron.engine.Scheduler`` while a ``LeaseCron`` starts, so its
+    Installed as ``leasecron.engine.core.Scheduler`` while a ``LeaseCron`` starts, so its
     engine builds this one; the last one built is :attr:`latest`.
     """
 
     latest: Optional["CountingScheduler"] = None
 
-    def __init__(self, clock: StoreClock, on_error: Callable[[BaseException], None]) -> None:
-        super().__init__(clock, on_error)
+    def __init__(self, clock: StoreClock, events: Emitter) -> None:
+        super().__init__(clock, events)
         self.counting = CountingCondition()
         self._cond = self.counting  # before the thread starts, so it only ever waits on this one
         self.ran = 0
@@ -280,13 +281,13 @@ def run_config(args: argparse.Namespace) -> Result:
     register_s = time.perf_counter() - t0
     registered = proc_status()
 
-    original_scheduler = leasecron.engine.Scheduler
-    leasecron.engine.Scheduler = CountingScheduler  # type: ignore[attr-defined]
+    original_scheduler = leasecron.engine.core.Scheduler
+    leasecron.engine.core.Scheduler = CountingScheduler  # type: ignore[misc]
     try:
         t0 = time.perf_counter()
         cron.start()
     finally:
-        leasecron.engine.Scheduler = original_scheduler  # type: ignore[attr-defined]
+        leasecron.engine.core.Scheduler = original_scheduler  # type: ignore[misc]
     scheduler = CountingScheduler.latest
     assert scheduler is not None, "the engine did not build the counting scheduler"
     total = n + args.due
