@@ -23,6 +23,7 @@ import leasecron
 from leasecron.stores import MemoryStore, Store
 from tests import servers
 from tests.ci import skip_or_fail
+from tests.fast_lane import in_the_fast_lane
 
 class Backend:
     """Opens stores of one kind that share the namespace of one test."""
@@ -203,6 +204,14 @@ SERVERS = _SessionServers()
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     SERVERS.stop()
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m fast`` selects by the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Mark the tests of the fast lane ``fast`` (:mod:`tests.fast_lane`)."""
+    for item in items:
+        if in_the_fast_lane(item):
+            item.add_marker(pytest.mark.fast)
 
 
 #: A test never starts this close (ms) before the top of an hour: many tests use an hourly
