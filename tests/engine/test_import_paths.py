@@ -9,6 +9,7 @@ import importlib
 import subprocess
 import sys
 import warnings
+from typing import List
 
 import pytest
 
@@ -78,6 +79,13 @@ def test_an_unknown_name_of_a_module_with_old_names_is_an_attribute_error() -> N
             module.nothing  # noqa: B018
 
 
+def _fresh(code: str) -> List[str]:
+    """The lines ``code`` prints in a fresh interpreter, which must exit 0."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 def test_from_import_of_the_old_path_works_in_a_fresh_interpreter() -> None:
     """``from leasecron.scheduler import LeaseCron`` works on its own (nothing imported before it)."""
     code = (
@@ -93,9 +101,7 @@ def test_from_import_of_the_old_path_works_in_a_fresh_interpreter() -> None:
         "import leasecron\n"
         "print(LeaseCron is leasecron.LeaseCron, FENCED == 'fenced')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+    assert _fresh(code) == [
         "warned: leasecron.scheduler.LeaseCron is deprecated and goes in leasecron 1.0: use leasecron.cron.LeaseCron",
         "True True",
     ]
@@ -111,9 +117,7 @@ def test_the_package_itself_uses_no_old_name() -> None:
         "import leasecron.contrib.dashboard\n"
         "print('quiet')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "quiet"
+    assert _fresh(code) == ["quiet"]
 
 
 def test_instances_lists_every_live_lease_cron_of_the_process() -> None:
