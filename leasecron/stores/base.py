@@ -142,7 +142,8 @@ class Store(StoreReads):
         request = ClaimRequest(
             job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
         )
-        return self.claim_one(request)
+        check_claim(request)  # as claim_one does, without its check of the request's type
+        return self._claim(request)
 
     def claim_one(self, request: ClaimRequest) -> Claim:
         """:meth:`claim`, its arguments given as one :class:`ClaimRequest` (the shape
