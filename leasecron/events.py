@@ -1,69 +1,14 @@
 """Events: what an instance tells its callbacks, and the ``leasecron`` log.
 
-======== ======================================================= ===================
-type     when                                                    ``reason``
-======== ======================================================= ===================
-start    this instance starts an attempt                         schedule, catch-up,
-                                                                 takeover, manual
-success  the handler returned and the finish was recorded
-failed   the handler raised, or the attempt ran past its        timeout
-         ``timeout_ms``; recorded as failed (``error``)
-retry    a try of the handler raised and another try follows
-         (``error``: the try's; ``try_number``: which try)
-skip     a claim was refused                                     overlap, late, early,
-                                                                 paused
-lost     the lease was lost: fenced by a newer attempt, or not   fenced, unrenewed
-         renewable for ``lease_ms`` (``error`` says more)
-handover the run was released on ``stop()`` for a backup
-error    a store operation or a scheduler task failed (``error``)
-======== ======================================================= ===================
-
-The log
--------
-
-Everything is also logged on the ``leasecron`` logger (:data:`log`), with
-lazy ``%``-style arguments, in one shape::
-
-    leasecron: <what> job 'x' slot 2026-11-30T05:00:00Z [attempt 2] runner 'web-1' [(<reason>)][: <detail>]
-
-``runner`` is always the instance that logs the line; the detail may name
-another one (the runner holding a lease). A slot is shown in UTC with a ``Z``
-(:func:`slot_text`), with milliseconds only when it has some. Lines about
-the instance itself read ``leasecron: <what> runner 'web-1'...``, and lines
-about a job as a whole, which has no slot (``paused``, ``resumed``,
-``removed``), ``leasecron: <what> job 'x' runner 'web-1'[: <detail>]``.
-
-========  ===================================================================
-level     lines
-========  ===================================================================
-DEBUG     ``heartbeat renewed``; ``backup check`` (each takeover claim of a
-          backup, and its answer: ``running elsewhere: backup of attempt
-          1 by 'web-2', lease ends in 412 ms``, ``won``, ``done``,
-          ``none``); ``claimed`` (a scheduled, catch-up or manual claim
-          answered ``running``, ``done`` or ``none``); the store's clock
-          offset
-INFO      ``won`` (schedule, catch-up, manual), ``took over`` (takeover),
-          ``skipped`` (overlap, late, early, paused, with why),
-          ``succeeded``, ``handed over``; ``paused``, ``resumed`` and
-          ``triggered`` (this instance's :meth:`~leasecron.LeaseCron.pause`,
-          ``resume`` and ``trigger``); ``removed`` (``remove_job``);
-          starting and stopping
-WARNING   ``lost`` (the instance was fenced or could not renew: it stops the
-          handler, and a backup runs the slot again); ``abandoned``;
-          ``retrying`` (a try of the handler raised and another follows,
-          with the try's traceback); ``timed out`` (the attempt ran for its
-          ``timeout_ms``: its signal is aborted); a
-          heartbeat that failed and is retried; the start-up retried;
-          ``expired`` (a manual claim came after its request expired); the
-          first failed poll for requests of manual runs (the next ones
-          until one works: DEBUG)
-ERROR     ``failed`` (with the handler's traceback; after a timeout, with
-          ``timed out after N ms``); a claim that failed;
-          a callback or task that raised (with its traceback)
-========  ===================================================================
-
-A lost lease is a WARNING rather than an INFO: nothing failed in this
-instance, but the slot's work was cut off here and runs again elsewhere.
+An :class:`Event` has one of the :data:`EVENT_TYPES`: ``start`` (reason ``schedule``,
+``catch-up``, ``takeover`` or ``manual``), ``success``, ``failed`` (the handler raised, or
+reason ``timeout``), ``retry`` (a try raised and another follows), ``skip`` (a claim refused:
+``overlap``, ``late``, ``early``, ``paused``), ``lost`` (``fenced`` or ``unrenewed``),
+``handover`` (released on ``stop()``) and ``error`` (a store call or a task failed). Everything
+is also logged on :data:`log`, with lazy ``%``-style arguments, in one shape:
+``leasecron: <what> job 'x' slot <UTC, Z> [attempt N] runner 'r' [(<reason>)][: <detail>]``.
+``docs/usage.rst`` (Events) says when each event fires; ``docs/operating.rst`` (Logging), which
+line is logged at which level.
 """
 
 from __future__ import annotations

@@ -1,34 +1,13 @@
 """Schedules: which slots a job has. The same on every instance.
 
-A slot is an instant, in epoch milliseconds. Two kinds:
-
-* :class:`CronSchedule`, a cron string in croniter syntax (five fields, or six
-  with seconds as the last field), read in a time zone (IANA name, default
-  UTC).
-* :class:`IntervalSchedule`, a fixed interval aligned to the Unix epoch: the
-  slots are the multiples of the interval, so every instance computes the
-  same ones whenever it started.
-
-Daylight saving time (and any other change of a zone's UTC offset) follows
-Vixie cron, the cron of most Linux systems. croniter gives the local times of
-the expression; this module decides at which instants they run:
-
-* A *fixed-time* job, one whose minute and hour fields both start with
-  something other than ``*`` (``30 2 * * *``, ``0 9-17 * * 1-5``,
-  ``@daily``), runs once for each of its local times. A local time that the
-  clocks skip when they go forward runs at the first instant after the gap,
-  the instant of the change (several skipped local times make one slot); a
-  local time that the clocks show twice when they go back runs the first
-  time only.
-* A *wildcard* job, one whose minute or hour field starts with ``*``
-  (``0 * * * *``, ``*/15 * * * *``, ``* 2 * * *``, ``@hourly``), runs every
-  hour or several times within an hour, so it follows the wall clock: it runs
-  at each instant the clock shows one of its local times, twice for a repeated
-  local time and never for a skipped one.
-
-The seconds field plays no part in the distinction. Each slot is a pure
-function of the expression, the zone and the time asked about; next_after()
-and at_or_before() list the same slots.
+A slot is an instant in epoch milliseconds, a pure function of the schedule, its zone and the
+time asked about. :class:`IntervalSchedule` is a fixed interval aligned to the Unix epoch (the
+slots are its multiples); :class:`CronSchedule` is a cron string in croniter syntax, read in a
+time zone. croniter gives the local times; this module decides at which instants they run when
+the zone's UTC offset changes, as Vixie cron does: a *fixed-time* job (minute and hour fields
+that do not start with ``*``) runs once for each local time, a skipped one at the end of the
+gap; a *wildcard* job follows the wall clock, twice in a repeated hour and not in a skipped one.
+``docs/usage.rst`` (Schedules) has the rule in full.
 """
 
 from __future__ import annotations

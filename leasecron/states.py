@@ -1,20 +1,11 @@
-"""The named values of the protocol, each set a ``str`` Enum.
+"""The named values of the protocol, each set a ``str`` Enum: a run's :class:`Status`, a claim's
+:class:`Outcome` and :class:`Reason`, an attempt's :class:`AttemptOutcome`, a request's
+:class:`RequestState`, a signal's :class:`AbortReason`, a lost run's :class:`LostCause` and a
+live run's :class:`LiveState`.
 
-Each member *is* its string (``Outcome.WON == "won"``), prints as it
-(``str(Outcome.WON) == f"{Outcome.WON}" == "won"``, and ``repr`` is the
-string's, so a :class:`~leasecron.Run` holding one reads as before) and is
-stored as it: the stores, the events and the JSON output carry the plain
-strings they always did, and a value read back from a store compares equal
-to its member.
-
-* :class:`Status`: a run's status in the store;
-* :class:`Outcome`: a store's answer to a claim;
-* :class:`Reason`: why a claim was made (and so why an attempt started);
-* :class:`AttemptOutcome`: how one attempt of a run ended;
-* :class:`RequestState`: where a request for a manual run stands;
-* :class:`AbortReason`: why ``ctx.signal`` aborted;
-* :class:`LostCause`: why a runner lost its run (the ``reason`` of ``lost``);
-* :class:`LiveState`: where a run this instance executes stands.
+The one idea: each member *is* its string (``Outcome.WON == "won"``), prints as it and is stored
+as it, so the stores, the events and the JSON output carry the plain strings they always did,
+and a value read back from a store compares equal to its member.
 """
 
 from __future__ import annotations
@@ -36,7 +27,11 @@ __all__ = [
 
 
 class StrEnum(str, enum.Enum):
-    """A ``str`` Enum that prints as its value on every Python version."""
+    """A ``str`` Enum that prints as its value on every Python version.
+
+    ``str(Outcome.WON) == f"{Outcome.WON}" == "won"``, and ``repr`` is the string's, so a
+    :class:`~leasecron.Run` holding one reads as before.
+    """
 
     def __str__(self) -> str:
         return str(self.value)

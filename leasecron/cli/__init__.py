@@ -1,46 +1,11 @@
-"""The ``leasecron`` command (also ``python -m leasecron``).
+"""The ``leasecron`` command (also ``python -m leasecron``): :func:`build_parser` and :func:`main`.
 
-================================================  ===============================================
-``leasecron demo [--seconds N]``                  3 worker processes on one SQLite store: claims,
-                                                  a crash and takeover, a hand-over, a summary
-``leasecron runs URL [--job] [--limit]``          the stored runs, grouped by job, newest first:
-                                                  slot in local time and UTC, attempt, runner,
-                                                  status, lease left, hand-over, the chain of
-                                                  attempts, error
-``leasecron jobs [URL] [--app module:attr]``      each job's last run and stored runs, whether it
-                                                  is paused (by whom, when, why), its pending
-                                                  manual runs; with ``--app``, its schedule and
-                                                  next slot
-``leasecron show URL JOB SLOT``                   one run: every field, every attempt, errors in
-                                                  full (SLOT: epoch ms or ISO 8601)
-``leasecron pause URL JOB [--note TEXT]``         pause a job on every instance: its new slots
-                                                  are skipped until it is resumed
-``leasecron resume URL JOB``                      undo ``pause``
-``leasecron trigger URL JOB [--wait]``            one manual run now, on one instance; prints
-                                                  its slot; ``--wait``: exit 0 once it succeeded,
-                                                  1 when it failed or nobody claimed it
-``leasecron check URL``                           connectivity, schema, clock offset, round trip
-``leasecron run module:attr``                     run a LeaseCron object until SIGTERM (a warm
-                                                  stop); a second signal stops at once (cold)
-``leasecron dashboard [URL] [--app]``             the dashboard in a browser: every job, a job's
-                                                  runs and their attempts, a run; pause, resume,
-                                                  trigger; ``--host``, ``--port``,
-                                                  ``--read-only``, ``--password`` (needs the
-                                                  ``dashboard`` extra)
-================================================  ===============================================
-
-Every command but ``demo``, ``check``, ``run`` and ``dashboard`` takes ``--json``;
-``pause``, ``resume`` and ``trigger`` take ``--by WHO`` (default:
-``user@host``). The commands live in :mod:`~leasecron.cli.commands`,
-:mod:`~leasecron.cli.controls`, :mod:`~leasecron.cli.show` and
-:mod:`~leasecron.cli.dashboard` (one function
-per command, shared with the ``flask leasecron`` group of
-:mod:`leasecron.contrib.flask`), their tables in :mod:`~leasecron.cli.tables`.
-``runs``, ``jobs`` and ``show`` only read;
-``pause``, ``resume`` and ``trigger`` write, and none of them creates a store.
-Expected errors print one line on stderr: a bad option, URL or
-``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2, a failed
-command with 1.
+Each subcommand calls one function of :mod:`~leasecron.cli.commands` (``runs``, ``jobs``,
+``check``, ``run``), :mod:`~leasecron.cli.controls` (``pause``, ``resume``, ``trigger``),
+:mod:`~leasecron.cli.show`, :mod:`~leasecron.cli.dashboard` or :mod:`~leasecron.cli.demo`; the
+``flask leasecron`` group calls the same functions. Expected errors print one line on stderr: a
+bad option, URL or ``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2, a failed
+command with 1. ``docs/operating.rst`` (Command line) lists the commands.
 """
 
 from __future__ import annotations

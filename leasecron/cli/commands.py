@@ -2,22 +2,12 @@
 run, its pause and pending manual runs), ``check`` (can we reach the store, and how fast),
 ``run`` (run a LeaseCron object from an importable module until SIGTERM).
 
-One implementation serves both command lines: each command is a function
-that takes a store (or a LeaseCron) and returns the lines to print —
-``runs_output``, ``jobs_output``, ``check_output`` — or runs the cron —
-``run_cron``. The ``cmd_*`` functions are the ``leasecron`` command's glue
-(parsed arguments in, exit code out); :mod:`leasecron.contrib.flask` calls
-the same functions with the Flask app's own cron. The controls (``pause``,
-``resume``, ``trigger``, ``show``) live in :mod:`~leasecron.cli.controls`.
-Expected failures raise
-:class:`~leasecron.ConfigError` (exit 2) or :class:`CommandError` (exit 1),
-which the command lines print as one line, without a traceback.
-
-``runs`` and ``jobs`` only read: they create nothing, neither the store a
-URL names (a missing SQLite file, PostgreSQL schema or table is an error
-naming it) nor the schema of an app's store (see :func:`reading`).
-``check`` creates the schema, as the first instance would: it checks that
-the store can be used, creating included.
+One implementation serves both command lines: ``runs_output``, ``jobs_output`` and
+``check_output`` take a store (or a LeaseCron) and return the lines to print, ``run_cron`` runs
+the cron, and the ``cmd_*`` functions are the ``leasecron`` command's glue. Expected failures
+raise :class:`~leasecron.ConfigError` (exit 2) or :class:`CommandError` (exit 1). ``runs`` and
+``jobs`` create nothing (see :func:`reading`); ``check`` creates the schema, as the first
+instance would.
 """
 
 from __future__ import annotations

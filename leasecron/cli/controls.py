@@ -1,26 +1,12 @@
 """The operators' controls: ``pause``, ``resume`` and ``trigger`` a job on every instance at once.
 
-As in :mod:`~leasecron.cli.commands`, one implementation serves both command
-lines: ``pause_output`` and ``resume_output`` take a store and return the
-lines to print; :func:`trigger` makes the request and, asked to,
-waits for its run (:func:`wait_for_run`), printing as it goes, and returns
-the exit code. The ``cmd_*`` functions are the ``leasecron`` command's glue;
-:mod:`leasecron.contrib.flask` calls the same functions on the app's store.
-
-Which store they touch: the ``leasecron`` commands open their URL with
-``create=False``: they write, but never create (nor migrate) a store. A
-mistyped URL must not create an empty store that no instance reads, where a
-pause would be lost without a word: a store that does not exist is an error
-saying so, and an instance, or ``leasecron check URL``, creates it.
-(``flask leasecron`` writes to the app's store as the app opened it: its URL
-is the app's own configuration.)
-
-The store holds no list of jobs, so the ``leasecron`` commands act on a job
-whatever its name (a job of any app), and warn on stderr when the job has no
-stored runs: the name may be mistyped (:func:`unknown_job_warning`). The
-``flask leasecron`` commands know the app's jobs, and refuse any other name
-(:func:`check_registered`), as :meth:`LeaseCron.pause
-<leasecron.LeaseCron.pause>` does.
+As in :mod:`~leasecron.cli.commands`, one implementation serves both command lines:
+``pause_output`` and ``resume_output`` return the lines to print; :func:`trigger` makes the
+request and, asked to, waits for its run (:func:`wait_for_run`), and returns the exit code. The
+``leasecron`` commands write but never create a store (a typo must not make an empty store,
+where a pause is lost without a word), and act on any job name, warning about one without stored
+runs (:func:`unknown_job_warning`); ``flask leasecron`` refuses a job the app does not register
+(:func:`check_registered`).
 """
 
 from __future__ import annotations

@@ -1,34 +1,13 @@
 """The ``leasecron dashboard`` command: the dashboard's pages (:mod:`leasecron.contrib.dashboard`)
 served by a real WSGI server.
 
-What it does, in order, so that a mistake costs nothing:
-
-1. Checks where it will listen (:func:`check_listen`), before anything is imported or opened:
-   a host that is not loopback (``127.0.0.0/8``, ``::1``, ``localhost``) needs a password
-   (``--password`` or :data:`PASSWORD_ENV`), for HTTP basic authentication on every page and
-   endpoint. Without one the command exits 2 naming the fix, and nothing is bound.
-2. Imports Flask and the blueprint: the ``dashboard`` extra. Missing, it exits 2 with the pip
-   command (:data:`INSTALL_HINT`). The core of leasecron never imports Flask; this module only
-   does when the command runs.
-3. Opens the store without creating anything (``open_store(url, create=False)``, or the store of
-   ``--app``'s LeaseCron read through :func:`~leasecron.cli.commands.reading` for as long as the
-   server runs) and reads it once: a store with no schema yet is an error that says so (exit 1),
-   not an empty page, and never a store created by a typo.
-4. Serves :func:`leasecron.contrib.dashboard.create_app` until SIGTERM or SIGINT (exit 0):
-
-   * with gunicorn when it can be imported (:func:`serve_gunicorn`): a
-     ``gunicorn.app.base.BaseApplication`` given the app object, one worker process with
-     :data:`THREADS` threads (``gthread``: a page that a few people look at needs no more, and
-     the threads share the store's connections), no access log (the pages refresh themselves
-     every 2 s) and no control socket;
-   * else with Werkzeug's threaded server (:func:`serve_werkzeug`): the server that
-     ``werkzeug.serving.run_simple(threaded=True)`` builds, made with ``make_server`` so that
-     the real port is known and a signal handler can stop it.
-
-   ``--port 0`` takes a free port: the line printed when the server listens names the real one.
-   That line, on stderr, is the only output besides warnings and errors:
-   ``leasecron dashboard on http://127.0.0.1:8080/ (read-only; gunicorn ...); SIGTERM or Ctrl-C
-   stops it``.
+What costs nothing if it fails comes first: where it will listen (:func:`check_listen`: off
+loopback it needs a password), before anything is imported or opened; then Flask (the
+``dashboard`` extra, :data:`INSTALL_HINT`); then the store, opened without creating anything and
+read once. Only then does it serve :func:`~leasecron.contrib.dashboard.create_app` until SIGTERM
+or SIGINT: with gunicorn when it can be imported (:func:`serve_gunicorn`, one worker of
+:data:`THREADS` threads), else with Werkzeug's threaded server (:func:`serve_werkzeug`).
+``docs/dashboard.rst`` (The command) says what it prints and how it exits.
 """
 
 from __future__ import annotations

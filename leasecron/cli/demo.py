@@ -1,18 +1,13 @@
 """``leasecron demo``: real worker processes share one store and one job; watch each slot run once.
 
-Three ``python -m leasecron.cli.worker`` processes run the job ``demo`` every
-2 s. At about a third of the time the demo SIGKILLs the runner of a run in the
-middle of its handler (a backup takes the slot over as attempt 2 once the
-lease runs out); at about two thirds it SIGTERMs another runner mid-job (it
-hands the run over, and a backup runs it at once). Each victim is replaced by
-a new worker under a new name. At the end every worker is stopped, the stored
-runs are printed, and the demo checks, from the workers' own event logs and
-from the store, that every slot ran exactly once (exit 1 if not).
+Three ``python -m leasecron.cli.worker`` processes run the job ``demo`` every 2 s; the demo
+SIGKILLs one runner mid-job (a backup takes the slot over) and SIGTERMs another (it hands the
+run over), replaces each victim, and checks from the workers' logs and the store that every
+slot ran exactly once (exit 1 if not). ``docs/operating.rst`` (The demo) shows a run.
 
-This module holds the story: when to signal whom, and following the victim's slot
-to its takeover. What the demo runs and promises is :mod:`.demo_plan`; the worker
-processes are :mod:`.demo_workers`; the judgement, :mod:`.demo_verdict`; what it
-prints, :mod:`.demo_output`.
+This module holds the story: when to signal whom, and following the victim's slot to its
+takeover. What the demo runs and promises is :mod:`.demo_plan`; the worker processes are
+:mod:`.demo_workers`; the judgement, :mod:`.demo_verdict`; what it prints, :mod:`.demo_output`.
 """
 
 from __future__ import annotations

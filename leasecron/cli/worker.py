@@ -1,25 +1,10 @@
 """A worker process for the demo and the multi-process tests.
 
-``python -m leasecron.cli.worker --store URL --runner NAME [options]`` runs one
-job in a :class:`~leasecron.LeaseCron` until SIGTERM (``run_forever``: a
-graceful stop that hands live runs over) and prints one JSON object a line on
-stdout for every event, so a parent process can follow it:
-
-* ``{"event": "ready"}`` once started;
-* the instance's events (``start``, ``success``, ``failed``, ``skip``,
-  ``lost``, ``handover``, ``error``, ``retry``) with job, slot_ms, attempt,
-  reason, error, token, try_number;
-* ``handler-start`` / ``handler-end`` / ``aborted`` (with the signal's
-  reason) from inside the handler, with its try_number; ``handler-raise``
-  when ``--fail-tries N`` makes a try (one of the first N) raise;
-* with ``--probe-finish``, after ``lost``: ``probe-finish`` with the store's
-  answer to a finish sent with the lost attempt's token (fencing says no).
-
-Every line has ``runner``, ``pid`` and ``t`` (the wall clock, epoch ms).
-
-The URL may come from the environment's ``LEASECRON_STORE`` instead of
-``--store``, which keeps a password out of the process list (the demo passes
-it so).
+``python -m leasecron.cli.worker --store URL --runner NAME [options]`` runs one job in a
+:class:`~leasecron.LeaseCron` until SIGTERM (``run_forever``: a graceful stop that hands live
+runs over) and prints one JSON object a line on stdout for every event (see :func:`main`), so a
+parent process can follow it. The URL may come from the environment's ``LEASECRON_STORE``
+instead of ``--store``, which keeps a password out of the process list (the demo passes it so).
 """
 
 from __future__ import annotations
@@ -83,7 +68,20 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the worker until SIGTERM or SIGINT."""
+    """Run the worker until SIGTERM or SIGINT, printing one JSON line for every event:
+
+    * ``{"event": "ready"}`` once started, and ``stopped`` at the end;
+    * the instance's events (``start``, ``success``, ``failed``, ``skip``, ``lost``,
+      ``handover``, ``error``, ``retry``) with job, slot_ms, attempt, reason, error, token,
+      try_number;
+    * ``handler-start`` / ``handler-end`` / ``aborted`` (with the signal's reason) from inside
+      the handler, with its try_number; ``handler-raise`` when ``--fail-tries N`` makes a try
+      (one of the first N) raise;
+    * with ``--probe-finish``, after ``lost``: ``probe-finish`` with the store's answer to a
+      finish sent with the lost attempt's token (fencing says no).
+
+    Every line has ``runner``, ``pid`` and ``t`` (the wall clock, epoch ms).
+    """
     args = parse_args(argv)
     store = open_store(args.store)
     cron = LeaseCron(store, runner=args.runner, **{option.name: getattr(args, option.name) for option in OPTIONS})

@@ -1,20 +1,10 @@
 """The stores, and :func:`open_store` to open one from a URL.
 
-=====================================  ===============  ===================
-URL                                    class            clock
-=====================================  ===============  ===================
-``sqlite:///relative.db``,             SQLiteStore      the host's clock
-``sqlite:////abs/path.db``
-``redis://[user:pass@]host:port/db``,  RedisStore       the server's ``TIME``
-``rediss://`` (TLS), ``valkey://``,
-``valkeys://``; ``?cluster=true``
-``postgresql://user@host:5432/db``,    PostgresStore    ``clock_timestamp()``
-``postgres://``; ``?schema=&table=``
-``memory://``                          MemoryStore      the process clock
-=====================================  ===============  ===================
-
-A backend whose client library is an optional extra imports it through
-:func:`require`, which names the ``pip install`` command when it is missing.
+``sqlite://``, ``redis://`` (``rediss://``, ``valkey://``, ``valkeys://``), ``postgresql://``
+(``postgres://``) and ``memory://`` (:data:`SCHEMES`); each store decides on its own clock. A
+backend whose client library is an optional extra is imported on first use, through
+:func:`require`, which names the ``pip install`` command when it is missing. :doc:`stores` says
+which store to choose, its URL options and how it works.
 """
 
 from __future__ import annotations
