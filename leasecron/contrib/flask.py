@@ -1,71 +1,13 @@
 """Flask: :class:`LeaseCronExtension`, the ``init_app`` extension, and the ``flask leasecron`` commands.
 
-The design, in the usual shape of a Flask extension made for app factories:
-
-* Jobs and event callbacks are registered on the extension (``@ext.job``,
-  ``ext.add_job``, ``ext.on``), usually at import time, before any app
-  exists. They are checked at once as far as they can be without the app's
-  config (the handler, the schedule, each option's value, a duplicate name),
-  and fully when an app is initialised.
-* :meth:`LeaseCronExtension.init_app` builds one :class:`~leasecron.LeaseCron`
-  per app from the app's config (table below), stores it in
-  ``app.extensions["leasecron"]``, registers every job on it with a handler
-  that runs inside ``app.app_context()`` (so ``current_app``, ``g`` and the
-  app's teardown functions, Flask-SQLAlchemy's session clean-up say, work as
-  in a request), and adds the ``flask leasecron`` command group to the app.
-  A job registered after ``init_app`` goes to the apps already initialised
-  too.
-* ``init_app`` never starts the cron. Every process that creates the app
-  would run jobs: each ``flask`` command, the dev server's reloader process,
-  and a gunicorn master that preloads the app. Start it where jobs belong:
-  in each gunicorn worker (``post_fork``, see :mod:`leasecron.contrib.gunicorn`),
-  in a process of its own (``flask leasecron run``), or by calling
-  :meth:`LeaseCronExtension.start` yourself. The cron lives as long as its
-  process: no teardown stops it; its exit hook (or gunicorn's ``worker_exit``)
-  hands its runs over.
-
-Configuration — one key per option of :class:`~leasecron.LeaseCron`; a key
-the app's config holds wins over the same option given to the extension's
-constructor (the constructor holds the code's defaults, the config each
-deployment's values). A key left out, or set to ``None``, uses the
-constructor's value, then leasecron's default:
-
-=============================  ==========  ==================================================
-key                            default     meaning
-=============================  ==========  ==================================================
-``LEASECRON_STORE``            (required)  store URL (``sqlite:///leasecron.db``,
-                                           ``redis://…``, ``postgresql://…``) or a ``Store``
-``LEASECRON_RUNNER``           host-pid    this instance's name in the store
-``LEASECRON_LEASE_MS``         30000       lease of a run; renewed by heartbeats
-``LEASECRON_HEARTBEAT_MS``     lease / 6   heartbeat interval (at most 5000 by default)
-``LEASECRON_MAX_ATTEMPTS``     3           attempts of a run whose runner died
-``LEASECRON_OVERLAP``          ``"skip"``  ``"skip"`` or ``"allow"`` a slot while one runs
-``LEASECRON_CATCH_UP_MS``      300000      on start, run a slot missed this recently (0: off)
-``LEASECRON_MAX_LATE_MS``      30000       how late a scheduled claim may still start a run
-``LEASECRON_JITTER_MS``        1000        random delay before a claim
-``LEASECRON_HISTORY_SIZE``     100         finished runs kept per job
-``LEASECRON_TZ``               ``"UTC"``   time zone of the cron strings
-``LEASECRON_TIMEOUT_MS``       ``None``    a run's time limit (``None``: none), from its start
-``LEASECRON_RETRIES``          0           more tries of a handler that raised, same lease
-``LEASECRON_RETRY_DELAY_MS``   1000        the first wait between tries, doubled after each
-``LEASECRON_STOP_TIMEOUT_MS``  10000       how long ``stop()`` waits for running handlers
-``LEASECRON_CLAIM_THREADS``    4           threads that send claims
-``LEASECRON_POLL_MS``          1000        how often to look for manual runs (trigger)
-=============================  ==========  ==================================================
-
-Integer keys may be strings of digits (values read from the environment).
-Any other key that starts with ``LEASECRON_`` is an error naming it (with
-the nearest known key), so that a typo never passes silently.
-
-The ``flask leasecron`` group (:mod:`leasecron.contrib.flask_commands`) runs the
-commands of :mod:`leasecron.cli.commands` and :mod:`leasecron.cli.controls` on
-the app's own cron: ``runs [--job]
-[--limit] [--json]``, ``jobs [--json]`` (with each job's schedule, pause and
-next slot), ``show JOB SLOT``, ``pause JOB [--note]``, ``resume JOB``,
-``trigger JOB [--wait]`` (on the app's jobs only; ``--by`` defaults to
-``user@host``; they write to the app's store as the app opened it), ``check``,
-and ``run`` (the app's cron in the foreground until SIGTERM: a scheduler
-process of its own).
+Jobs and event callbacks are registered on the extension, usually at import time, before any
+app exists; :meth:`LeaseCronExtension.init_app` builds one :class:`~leasecron.LeaseCron` per
+app from its ``LEASECRON_*`` config keys (:data:`CONFIG_KEYS`; a key wins over the
+constructor's option), registers every job with a handler that runs inside
+``app.app_context()``, and adds the ``flask leasecron`` group
+(:mod:`leasecron.contrib.flask_commands`). The one idea: ``init_app`` never starts the cron,
+since every process that creates the app would run jobs; start it where they belong.
+:doc:`The Flask guide <flask>` says where to start it, the config keys and the commands.
 """
 
 from __future__ import annotations
@@ -168,9 +110,9 @@ class LeaseCronExtension:
         """Build the app's :class:`~leasecron.LeaseCron` from its config, with every job registered.
 
         Stores it in ``app.extensions["leasecron"]`` and returns it; adds the
-        ``flask leasecron`` commands. Does not start it (see the module's
-        documentation: start it in each gunicorn worker, in ``flask leasecron
-        run``, or with :meth:`start`).
+        ``flask leasecron`` commands. Does not start it (see :doc:`the Flask guide <flask>`:
+        start it in each gunicorn worker, in ``flask leasecron run``, or with
+        :meth:`start`).
         """
         if EXTENSION_KEY in app.extensions:
             raise ConfigError(f"Flask app {app.name!r} already has leasecron (init_app was called on it before)")

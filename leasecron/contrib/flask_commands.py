@@ -1,25 +1,11 @@
 """The ``flask leasecron`` commands: the operators' commands of :mod:`leasecron.cli` on a Flask
 app's own cron, and :func:`cron_of`, which finds that cron.
 
-:class:`~leasecron.contrib.flask.LeaseCronExtension` adds the group to each app
-it initialises (its module documents the commands). Each command calls the
-function the ``leasecron`` command calls (:mod:`~leasecron.cli.commands`,
-:mod:`~leasecron.cli.controls`), with the app's store and jobs:
-
-* ``runs``, ``jobs``, ``show`` and ``check``, as ``leasecron`` does (``jobs``
-  with the schedule and next slot of each of the app's jobs);
-* ``pause``, ``resume`` and ``trigger`` act on the app's jobs only (another
-  name is an error naming the app's jobs, as for
-  :meth:`LeaseCron.pause <leasecron.LeaseCron.pause>`), with ``--by``
-  defaulting to ``user@host``; ``trigger``'s request expires after the job's
-  own ``max_late_ms`` + 10 s. They write to the app's store as the app opened
-  it: its URL is the app's configuration, not an operator's typing, so it may
-  create the store's schema, as the app's first instance would;
-* ``run`` runs the app's cron in the foreground until SIGTERM.
-
-Expected failures print one line: exit 2 for a bad option or setting, 1 for
-the rest (as the ``leasecron`` command); ``trigger --wait`` exits 1 when the run
-did not succeed.
+Each command calls the function the ``leasecron`` command calls (:mod:`~leasecron.cli.commands`,
+:mod:`~leasecron.cli.controls`), with the app's store and jobs: ``pause``, ``resume`` and
+``trigger`` refuse a job the app does not register, and write to the app's store as the app
+opened it (its URL is the app's configuration, not an operator's typing). :doc:`The Flask guide
+<flask>` lists the commands.
 """
 
 from __future__ import annotations

@@ -1,66 +1,13 @@
 """gunicorn: every worker of a gunicorn server runs the app's :class:`~leasecron.LeaseCron`.
 
-In ``gunicorn.conf.py``::
-
-    from leasecron.contrib.gunicorn import hooks
-
-    globals().update(hooks("app:cron"))
-
-:func:`hooks` returns gunicorn's server hooks by name, as a dict. The target
-names the cron as ``"module:attr"``: a ``LeaseCron``, or a Flask app whose
-``extensions["leasecron"]`` is one. A conf that has hooks of its own calls
-the methods of a :class:`GunicornHooks` from them instead.
-
-What each hook does, and in which process:
-
-``on_starting``, ``pre_fork`` (the master)
-    The master runs no job. A ``LeaseCron`` running there (an app loaded
-    with ``preload_app`` that calls ``start()`` at import time) is stopped,
-    its live runs handed over, with a warning in gunicorn's log; each worker
-    starts it after the fork. The master never imports the target itself.
-``on_reload`` (the master, on HUP, before it forks the new workers)
-    Counts the reload (see below).
-``post_fork`` (each worker, right after the fork)
-    Imports the target and calls ``cron.start()``.
-``worker_abort`` (a worker the master kills for its ``timeout``: SIGABRT)
-    Makes the stop that follows short (:data:`ABORT_STOP_S`): the master
-    sends SIGKILL about a second later.
-``worker_exit`` (each worker, on its way out: TERM, HUP, INT/QUIT, ``max_requests``)
-    ``cron.stop()``: every live run is handed over to a backup (a handler
-    that raises when its signal aborts is released; one that returns is
-    finished). The wait is the cron's ``stop_timeout_ms``, cut to gunicorn's
-    ``graceful_timeout`` and ``timeout`` less :data:`STOP_MARGIN_S`, so the
-    master's SIGKILL does not come in the middle of it. TERM, INT and QUIT
-    are ignored while it stops: a second signal does not cut the hand-over
-    short.
-    (gunicorn may call ``worker_exit`` in the master for a worker that is
-    already gone; the hook does nothing there.) No ``worker_int`` hook is
-    needed: gunicorn calls ``worker_exit`` after it.
-
-On HUP gunicorn forks the new workers and at once sends TERM to the old
-ones, which would stop their crons while the new workers still import the
-app: no worker would run the jobs, and a run handed over then would find no
-backup. So the generations overlap: a worker that a reload replaces keeps
-its cron running in ``worker_exit`` until a worker forked after the reload
-has started its own (at most :data:`LINGER_MAX_S`; INT or QUIT, a quick
-shutdown, end the wait), and only then stops. Master and workers count
-reloads and started generations in a few bytes of shared memory that the
-master maps when it reads the conf, before any fork.
-
-The fork rule (:mod:`leasecron.cron`): a ``LeaseCron`` that runs when
-its process forks is *stopped* in the child. The child's copy holds no
-threads and no leases, logs a warning that says so, and runs jobs only once
-``start()`` is called in the child. It is never restarted on its own: a
-forked child may be a ``multiprocessing`` worker or a gunicorn master,
-where running jobs is not wanted. These hooks are where the restart is
-wanted: the master runs nothing, and ``post_fork`` starts the cron in each
-worker, so no worker is left with a dead copy.
-
-A worker that dies without ``worker_exit`` (SIGKILL, out of memory, the
-master's kill after ``graceful_timeout``) hands nothing over: its leases run
-out and another worker, which watches its runs as a backup, takes them over.
-The sync and gthread workers are tested; async workers (gevent, eventlet)
-are not supported.
+In ``gunicorn.conf.py``, ``globals().update(hooks("app:cron"))``: :func:`hooks` returns
+gunicorn's server hooks by name, for a target ``"module:attr"`` (a ``LeaseCron``, or a Flask app
+whose ``extensions["leasecron"]`` is one); a conf with hooks of its own calls the methods of a
+:class:`GunicornHooks`. The one idea: the master runs no job (a cron running there is stopped
+before any fork), ``post_fork`` starts the cron in each worker, and ``worker_exit`` hands its
+runs over, waiting only as long as gunicorn lets a stopping worker live; on a reload, a
+replaced worker keeps its cron until a new worker runs one. :doc:`The gunicorn guide <gunicorn>`
+says what each hook does, the signals, ``preload_app`` and the timeouts.
 """
 
 from __future__ import annotations
@@ -139,7 +86,7 @@ def _running_crons() -> List[LeaseCron]:
 
 
 class GunicornHooks:
-    """gunicorn server hooks that run ``target``'s cron in the workers (see the module docstring).
+    """gunicorn server hooks that run ``target``'s cron in the workers (see :doc:`gunicorn`).
 
     ``target`` is a ``"module:attr"`` string (imported in each worker, never
     in the master) or the ``LeaseCron`` itself.

@@ -1,83 +1,12 @@
 """Prometheus metrics of leasecron instances (``pip install 'leasecron[prometheus]'``).
 
-::
-
-    from leasecron.contrib.prometheus import instrument
-
-    cron = leasecron.LeaseCron("redis://cache:6379/0")
-    instrument(cron)          # before cron.start(); the default registry, namespace "leasecron"
-    cron.start()
-
-:func:`instrument` hooks a :class:`Metrics` (one per registry and namespace,
-shared by every instance instrumented into it) into an instance in two
-places, both in place before :meth:`~leasecron.LeaseCron.start`:
-
-* the instance's **events** (``cron.on``) count the ends of runs, the
-  leases lost and the manual runs started;
-* its **store** is wrapped in a :class:`~leasecron.stores.DelegatingStore`
-  that times and counts every claim the engine sends, and remembers the
-  lease ends it was told, for the takeover delay.
-
-A third part, the **gauges**, is a collector that reads every instrumented
-instance when it is scraped: ``cron.live_runs()`` (no store call) for the
-live runs, and one ``store.job_states()`` call per store (one for every
-instance that shares it) for the paused jobs; a store that does not answer
-leaves its jobs out of ``job_paused`` for that scrape (logged), and the
-scrape goes on.
-
-================================= ========= ================== =============================================
-metric                            type      labels             what
-================================= ========= ================== =============================================
-``leasecron_runs_total``          counter   job, outcome       attempts this instance ran that ended:
-                                                               ``success``, ``failed``, ``lost``, ``handover``
-``leasecron_claims_total``        counter   job, reason,       claims this instance sent (reason
-                                            outcome            ``schedule``, ``catch-up``, ``takeover`` — a
-                                                               backup's check —, ``manual``) and the store's
-                                                               answer: ``won``, ``running``, ``overlap``,
-                                                               ``late``, ``early``, ``done``, ``none``,
-                                                               ``paused``; ``error`` when the call raised
-``leasecron_claim_seconds``       histogram job                how long a claim call took, sent to answered
-                                                               (the host's monotonic clock; retries of a
-                                                               failed call are separate calls; each claim
-                                                               of a batch, ``claim_many``, observes the
-                                                               batch's time)
-``leasecron_lease_lost_total``    counter   job, cause         leases this instance lost: ``fenced`` (the
-                                                               store refused a heartbeat or the end: another
-                                                               attempt holds the run) or ``unrenewed`` (not
-                                                               renewed for ``lease_ms``: store unreachable)
-``leasecron_takeover_delay_``     histogram job                see below
-``seconds``
-``leasecron_live_runs``           gauge     job                handlers executing on this instance now
-``leasecron_job_paused``          gauge     job                1 while the job is paused in the store (for
-                                                               every instance: ``cron.pause``), else 0; for
-                                                               the jobs registered on this instance
-``leasecron_manual_runs_total``   counter   job                manual runs (``cron.trigger``) this instance
-                                                               started: its ``start`` events with reason
-                                                               ``manual``
-``leasecron_retries_total``       counter   job                failed tries of a handler that another try
-                                                               followed (``retries``): its ``retry`` events
-``leasecron_timeouts_total``      counter   job                attempts that ran for their ``timeout_ms``:
-                                                               its ``failed`` events with reason ``timeout``
-                                                               (also counted in ``runs_total{outcome=failed}``)
-================================= ========= ================== =============================================
-
-**Takeover delay** is measured on the store's clock, for each takeover this
-instance won of a run whose lease ran out: the new attempt's ``started_ms``
-(the store's time of the winning claim) minus the ``lease_end_ms`` of the
-previous attempt *as this instance last saw it* — in the answer to its last
-backup check (``running``), an ``overlap`` answer, or ``unfinished()`` on
-start. The store keeps no lease end of an attempt once the next one wins, so
-this is what is known. If the dead runner renewed its lease after that last
-look, the true delay is shorter, by less than the interval between two
-checks (1–2 heartbeats); when the lease had stopped moving before the last
-check (the usual case: a backup checks every 1–2 heartbeats during the whole
-``lease_ms`` the dead lease still runs) it is exact. Not observed: takeovers
-of a released run (a hand-over; the lease end is then the release, which no
-backup sees), and takeovers where this instance never saw the previous
-attempt.
-
-Cardinality: one series per job and label value; no slot, token or runner
-label.
+:func:`instrument`, called before :meth:`~leasecron.LeaseCron.start`, hooks the :class:`Metrics`
+of a registry and namespace (one, shared by every instance instrumented into it) into an
+instance: its events count the ends of runs, the leases lost, the manual runs, the retries and
+the time-outs; its store is wrapped in a :class:`~leasecron.stores.DelegatingStore` that counts
+and times the claims; a collector reads the gauges from every instrumented instance at each
+scrape. Every series is per job: no slot, token or runner label. :doc:`Operating it, Prometheus
+metrics <operating>` lists the metrics, what each counts and how the takeover delay is measured.
 """
 
 from __future__ import annotations

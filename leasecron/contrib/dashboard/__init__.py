@@ -1,41 +1,13 @@
 """The dashboard: every job and run of a store in a browser, and pause, resume, trigger.
 
-Mount it in a Flask app of your own (behind the app's own authentication,
-say)::
-
-    from leasecron.contrib.dashboard import blueprint
-
-    app.register_blueprint(blueprint(store, cron=cron), url_prefix="/cron")
-
-or serve it alone: :func:`create_app` is the app ``leasecron dashboard``
-serves. Pages (server-rendered, readable without JavaScript; ``dashboard.js``
-refreshes them every ``refresh_ms`` and shows times in the viewer's zone):
-
-* ``/`` every job: schedule and next slot (with ``cron``), pause (who, when,
-  note), the last 30 runs as coloured marks, live runs with lease left, the
-  actions; ``?page=``, ``?per_page=`` (at most 500), ``?q=`` (name contains);
-* ``/jobs/<job>`` one job's runs, each with its attempts as a timeline;
-  ``?status=``, ``?limit=``;
-* ``/jobs/<job>/runs/<slot_ms>`` one run: every field and attempt, errors in full;
-* ``/api/...`` the same as JSON, and the actions (:mod:`.api`).
-
-The design, module by module: :mod:`.rows` reads what a page shows in a
-fixed number of store calls (four for a page of jobs, however many jobs
-the store holds); :mod:`.views` and :mod:`.api` render it as HTML or
-JSON; :mod:`.actions` pauses, resumes and triggers for both;
-:mod:`.links` makes a link to a job that leads back to it whatever its name
-(``/``, ``..``, ``%``); :mod:`.security` holds the password check (HTTP
-basic, constant time), the CSRF double submit, the safe redirects and the
-headers. Nothing is kept between requests: several server processes may
-serve one dashboard. Job names and error texts are escaped everywhere
-(Jinja's autoescape; no ``|safe`` on data) and no store URL's password is
-shown: the pages name the store by its ``repr``, which hides it.
-
-Flask comes with the ``dashboard`` extra (``pip install 'leasecron[dashboard]'``);
-the core of leasecron never imports this package, only the ``leasecron dashboard``
-command that serves it does. The arrow goes one way: the pages show times and
-runs with :mod:`leasecron.formatting`, as the command line does, and import
-nothing of :mod:`leasecron.cli`.
+:func:`blueprint` mounts its pages and JSON API in a Flask app of your own (behind the app's own
+login, say): ``app.register_blueprint(blueprint(store, cron=cron), url_prefix="/cron")``;
+:func:`create_app` is the app ``leasecron dashboard`` serves. The pages are rendered on the
+server and read fine without JavaScript. Nothing is kept between requests, so several server
+processes may serve one dashboard. Flask comes with the ``dashboard`` extra (``pip install
+'leasecron[dashboard]'``); the core of leasecron never imports this package. :doc:`dashboard` is
+the guide (the pages, the command, the security, the API); :doc:`design` (The dashboard) says
+how the package is built.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The JSON API: the pages' data and actions for scripts.
 
-``GET /api/jobs`` (the jobs page's data, same ``page``, ``per_page``, ``q``:
-``{"now_ms", "page", "per_page", "total", "jobs": [...]}``, each job as
-:func:`~.rows.job_dict`), ``GET /api/jobs/<job>/runs?limit=N[&status=S]``
-(``{"job", "now_ms", "runs": [...]}``, newest first), and ``POST
-/api/jobs/<job>/pause`` (body ``{"note": "..."}``, optional), ``.../resume``
-and ``.../trigger`` (answers ``{"slot_ms": N, "request": {...}}``); pause and
-resume answer the job's state. Job names in paths are percent-encoded whole
-(``urllib.parse.quote(name, safe="")``). As in the pages, every route also
-takes the job as ``?job=`` on its twin without the name in the path
-(``/api/job/runs?job=..``): the way for ``.``, ``..`` and names that start
-with ``/``, which a path cannot carry (see :mod:`.links`).
-
-A POST takes only a ``Content-Type: application/json`` body (else 415): a
-cross-site HTML form cannot send one, so the API needs no CSRF token. A
-refusal is ``{"error": message}`` with its status (400, 403, 404, 415, 503).
+``GET /api/jobs`` and ``GET /api/jobs/<job>/runs`` serve the data of the jobs page and of a
+job's page; ``POST /api/jobs/<job>/pause``, ``.../resume`` and ``.../trigger`` act. A POST takes
+only a ``Content-Type: application/json`` body (else 415): a cross-site HTML form cannot send
+one, so the API needs no CSRF token. A refusal is ``{"error": message}`` with its status.
+``docs/dashboard.rst`` (The JSON API) gives each route's parameters and answer.
 """
 
 from __future__ import annotations

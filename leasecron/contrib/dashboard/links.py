@@ -1,20 +1,10 @@
 """Links to a job's pages that lead back to that very job, whatever its name.
 
-A job name may hold any character: ``/``, ``%``, ``?``, ``#``, quotes,
-``..``. In a path it is percent-encoded whole (``urllib.parse.quote(name,
-safe="")``: ``a/b`` is ``a%2Fb``), by the ``job`` URL converter of
-:class:`JobConverter`. A WSGI server decodes ``%2F`` before routing, so the
-converter matches like werkzeug's ``path`` converter (slashes included).
-
-Two kinds of name cannot be path segments: ``.`` and ``..`` (a browser
-resolves them before it asks), and a name whose decoded path the URL map
-would route elsewhere (``a/runs/5`` reads as the run page of ``a``; a name
-that starts with ``/`` meets werkzeug's slash merging). Those links use the
-query form instead: ``/job?job=..`` — every route has a twin without the
-name in its path, and every route takes ``?job=`` (:func:`job_of`).
-:func:`job_url` picks the form: a name without ``/`` other than ``.`` and
-``..`` is always a path; a name with ``/`` is checked by matching its
-decoded path against the URL map, as the server will.
+A name is percent-encoded whole in a path (:class:`JobConverter`). ``.``, ``..`` and a name
+whose decoded path the URL map would route elsewhere cannot be path segments, so their links use
+the query form, ``/job?job=..``: every route has a twin without the name in its path, and every
+route takes ``?job=`` (:func:`job_of`). :func:`job_url` picks the form. ``docs/design.rst``
+(The dashboard) says which names need which form, and why.
 """
 
 from __future__ import annotations

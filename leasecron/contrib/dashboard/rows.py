@@ -1,20 +1,12 @@
 """What the dashboard shows, read from the store in a fixed number of calls per page.
 
-The jobs page must stay fast with 10,000 jobs of 100 runs each, so it never
-asks the store once per job. A page of jobs is four calls whatever the number
-of jobs: the store's clock (``now_ms``), every job name with stored runs
-(``jobs``), every paused job and its requests (``job_states``), and the
-newest :data:`MARKS` runs of each job *on the page* (``recent_runs``, one
-round trip). The names are the union the ``leasecron jobs`` command shows:
-stored runs, pauses and requests, and the jobs of the application's
-:class:`~leasecron.LeaseCron` when one is given (its schedules give the next
-slots; the store holds no schedules). They are filtered (``q``) and cut into
-pages before the runs are read.
-
-A job's page is three calls (``now_ms``, ``job_state``, ``runs``) and a
-run's page two (``now_ms``, ``get_run``). Everything here is plain data:
-the views render it as HTML (:mod:`.views`) or JSON (:mod:`.api`), times and
-durations as the command line shows them (:mod:`leasecron.formatting`).
+The jobs page must stay fast with 10,000 jobs of 100 runs each, so it never asks the store once
+per job: a page of jobs is four calls (``now_ms``, ``jobs``, ``job_states``, and ``recent_runs``
+for the jobs *on the page*, filtered and cut into pages first), a job's page three (``now_ms``,
+``job_state``, ``runs``), a run's two (``now_ms``, ``get_run``). The names are the union that
+``leasecron jobs`` shows, with the jobs of the application's :class:`~leasecron.LeaseCron` when
+one is given. Everything here is plain data: :mod:`.views` renders it as HTML, :mod:`.api` as
+JSON.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The dashboard's defences: who may look, who may act, and what a page may run.
 
-* **Password.** With one set, every page, endpoint and static file of the
-  blueprint asks for HTTP basic authentication; any user name passes, the
-  password is compared in constant time (both sides hashed first, so not
-  even its length leaks; :func:`hmac.compare_digest`). A refusal is 401
-  with ``WWW-Authenticate: Basic realm="leasecron"``.
-* **CSRF** (the pages' POST forms): double submit. A random token lives in
-  the ``leasecron_csrf`` cookie (HttpOnly, ``SameSite=Strict``, its path the
-  blueprint's root) and in each form's hidden ``csrf_token`` field; a POST
-  whose field and cookie differ, or lack, is a 400. Nothing is kept on the
-  server, so any of several server processes checks any form. The API's
-  POSTs need no token: they take only ``application/json`` bodies, which a
-  cross-site form cannot send (and a cross-site ``fetch`` with that type
-  needs a CORS preflight the dashboard never grants).
-* **Redirects** after a form go only to a path of this dashboard (``next``);
-  anything else (another host, ``//host``, a scheme, a backslash) goes to
-  the jobs page.
-* **Headers.** Every answer forbids inline script and style, framing and
-  content sniffing (:data:`SECURITY_HEADERS`): the pages load their one
-  script and style sheet from the blueprint's static folder.
-* **Who acts.** A pause, resume or trigger is recorded as done by
-  ``"<user>@<host>"``: the basic-auth user name, or ``dashboard``.
-* **Flash messages** (what an action did) ride in a cookie of their own
-  to the page the action redirects to, as escaped text.
+The password check (HTTP basic, any user name, compared in constant time), the CSRF double
+submit of the pages' forms (a token in a cookie and in each form), the redirects that stay in
+the dashboard, the headers (:data:`SECURITY_HEADERS`), who acts (``"<user>@<host>"``) and the
+flash messages. The one idea: nothing is kept on the server, so any of several server processes
+checks any request. ``docs/dashboard.rst`` (Security) says what each defence does.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """A dashboard's settings, checked once, and the one error its pages and API answer with.
 
-:class:`Settings` holds what :func:`~leasecron.contrib.dashboard.blueprint`
-was given; every view of one blueprint closes over the same instance, so two
-dashboards on one Flask app (say two stores, under two prefixes and names)
-never share state. Nothing here changes after the blueprint is made: the
-dashboard keeps no state between requests (its CSRF token and flash message
-live in the browser's cookies), so it works the same behind several server
-processes.
-
-:class:`DashboardError` is how a view refuses a request: its HTTP status and
-a message for a person; the page views render it as an HTML page, the API
-as ``{"error": message}``.
+:class:`Settings` holds what :func:`~leasecron.contrib.dashboard.blueprint` was given; every
+view of one blueprint closes over the same instance, so two dashboards on one Flask app (say two
+stores, under two prefixes and names) never share state, and nothing here changes after the
+blueprint is made. :class:`DashboardError` is how a view refuses a request: its HTTP status and
+a message for a person; the page views render it as an HTML page, the API as
+``{"error": message}``.
 """
 
 from __future__ import annotations
