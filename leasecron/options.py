@@ -74,10 +74,11 @@ class Option:
             return
         if self.integer:
             assert self.minimum is not None
-            if not self.job and not (isinstance(value, int) and not isinstance(value, bool)
-                                     and self.minimum <= value <= MAX_INT):  # fmt: skip
-                raise ConfigError(f"{where}: {self.name} must be an integer from {self.minimum} to 2**50, not {value!r}")
-            if not isinstance(value, int) or isinstance(value, bool):
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if not self.job and not (whole and self.minimum <= value <= MAX_INT):  # the instance's: one message
+                wanted = f"an integer from {self.minimum} to 2**50"
+                raise ConfigError(f"{where}: {self.name} must be {wanted}, not {value!r}")
+            if not whole:
                 raise ConfigError(f"{where}: {self.name} must be an integer, not {value!r}")
             if value < self.minimum:
                 kind = "negative" if value < 0 else self.too_small
