@@ -217,6 +217,7 @@ def _check(store: Store) -> List[str]:
         store.get_run(CHECK_PROBE_JOB, 0)
         samples.append((time.perf_counter() - before) * 1000)
     lines = [f"store         {store.kind}  {store!r}", f"server        {store.server_version()}"]
+    lines += [f"replication   {line}" for line in store.replication()]
     lines += [f"WARNING       {warning}" for warning in store.durability_warnings()]
     lines += [
         f"schema        ok ({len(jobs)} job(s) with stored runs)",

@@ -306,5 +306,12 @@ class Store(StoreReads):
         """
         return []
 
+    def replication(self) -> List[str]:
+        """How the server's writes are copied, for ``leasecron check``: one line per fact (the
+        primary, each replica or standby with its state and lag, the settings that decide what a
+        failover can lose). Empty for a store without replicas (the default); a risk to exactly
+        once belongs in :meth:`durability_warnings`."""
+        return []
+
 
 __getattr__ = old_names_of(__name__)
