@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from tests.servers import HOST, POLL_INTERVAL, ServerProcess, free_port
 
@@ -191,22 +191,28 @@ class PgServer(ServerProcess):
         return env
 
     def _initdb(self) -> None:
+        """Fill the empty data directory (first start only) with :meth:`_data_command`, as the server's user."""
         if (self.data / "PG_VERSION").exists():
             return
         self.data.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self._os_user is not None:
             _chown_tree(self.data, self._os_user.pw_uid, self._os_user.pw_gid)
-        command = [
-            str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", self.user,
-            "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions",
-        ]  # fmt: skip
+        command, what = self._data_command()
         done = subprocess.run(
             command, env=self._env(), cwd=str(self.data), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             timeout=START_TIMEOUT, **self._run_as(),
         )  # fmt: skip
         if done.returncode != 0:
             output = done.stdout.decode(errors="replace")
-            raise RuntimeError(f"initdb of {self.data} failed ({done.returncode}):\n{output}")
+            raise RuntimeError(f"{what} failed ({done.returncode}):\n{output}")
+
+    def _data_command(self) -> Tuple[List[str], str]:
+        """The command that makes the data directory (here ``initdb``: a new cluster), and what it does."""
+        command = [
+            str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", self.user,
+            "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions",
+        ]  # fmt: skip
+        return command, f"initdb of {self.data}"
 
     def _command(self) -> List[str]:
         settings = {
