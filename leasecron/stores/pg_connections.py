@@ -88,19 +88,20 @@ class Pool:
         (:class:`~leasecron.StoreUnavailable` after :data:`POOL_WAIT_S`)."""
         deadline = time.monotonic() + POOL_WAIT_S
         with self._cond:
-            while not self._idle and self._count >= self._size:
+            while True:
                 if self._closed:
                     raise StoreError("the PostgreSQL store is closed")
+                idle = self._take_idle()
+                if idle is not None:
+                    return idle
+                if self._count < self._size:
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise StoreUnavailable(
                         f"no free PostgreSQL connection within {POOL_WAIT_S} s (pool of {self._size})"
                     )
                 self._cond.wait(left)
-            if self._closed:
-                raise StoreError("the PostgreSQL store is closed")
-            if self._idle:
-                return self._idle.pop()
             self._count += 1
         try:
             conn = self._psycopg2.connect(self._dsn, async_=True)
@@ -115,6 +116,32 @@ class Pool:
                 self._count -= 1
                 self._cond.notify()
             raise
+
+    def _take_idle(self) -> Any:
+        """An idle connection the server has sent nothing on since its last answer, or None.
+
+        One it did write to is closed instead: an idle session gets only its end (a killed,
+        stopped or failed-over server, a terminated backend), and handing it out would fail the
+        caller's statement.
+        """
+        while self._idle:
+            conn = self._idle.pop()
+            if not select.select([conn.fileno()], [], [], 0)[0]:
+                return conn
+            self._count -= 1
+            _close_quietly(conn)
+        return None
+
+    def discard_idle(self) -> None:
+        """Close the idle connections: after one was lost or reached a server that refuses writes,
+        the others went to the same server, and new ones find the primary (``target_session_attrs``)."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._cond.notify_all()
+        if self._pid == os.getpid():
+            for conn in idle:
+                _close_quietly(conn)
 
     def putconn(self, conn: Any, close: bool = False) -> None:
         """Give ``conn`` back: kept idle, or closed if ``close``, it is closed or the pool is."""
@@ -132,12 +159,7 @@ class Pool:
         """Close the idle connections; one in use is closed when it is given back."""
         with self._cond:
             self._closed = True
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
-            self._cond.notify_all()
-        if self._pid == os.getpid():
-            for conn in idle:
-                _close_quietly(conn)
+        self.discard_idle()
 
 
 _POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
@@ -227,6 +249,7 @@ def pooled_cursor(psycopg2: Any, pool: Any, timeout_s: float, doing: str) -> Ite
     except psycopg2.Error as exc:
         raise store_error(psycopg2, exc, doing) from exc
     broken = True  # until the block ends normally or with the server's answer to one statement
+    lost = False  # the connection is gone, or its server refuses writes: so may the pool's others be
     try:
         if not conn.async_:
             conn.autocommit = True  # a connection of the caller's pool
@@ -234,10 +257,14 @@ def pooled_cursor(psycopg2: Any, pool: Any, timeout_s: float, doing: str) -> Ite
             yield Cursor(psycopg2, raw, timeout_s, doing)
         broken = False
     except psycopg2.Error as exc:
-        broken = bool(conn.closed) or _connection_lost(exc)
+        lost = _connection_lost(exc)
+        broken = bool(conn.closed) or lost
         raise store_error(psycopg2, exc, doing) from exc
     finally:
-        pool.putconn(conn, close=broken or bool(conn.closed))
+        lost = lost or bool(conn.closed)  # closed: by libpq, or by wait() at the store's timeout
+        pool.putconn(conn, close=broken or lost)
+        if lost and isinstance(pool, Pool):
+            pool.discard_idle()
 
 
 #: What the server answers a connection whose role it refuses. libpq reports these without a
@@ -260,6 +287,7 @@ def store_error(psycopg2: Any, exc: Exception, doing: str) -> StoreError:
         psycopg2.InterfaceError,
         errors.SerializationFailure,
         errors.DeadlockDetected,
+        errors.ReadOnlySqlTransaction,  # a standby, or a demoted primary: the primary is elsewhere
     )
     if isinstance(exc, retryable):
         return StoreUnavailable(text)
@@ -271,10 +299,12 @@ def _connection_lost(exc: Exception) -> bool:
 
     Errors libpq reports itself carry no SQLSTATE; classes 08 (connection
     exception) and 57P (operator intervention: shutdown, terminated backend)
-    end the session too.
+    end the session too. So does 25006 (``cannot execute ... in a read-only
+    transaction``): the session is on a standby or a demoted primary, where
+    no write will ever succeed; a new connection finds the primary.
     """
     code = getattr(exc, "pgcode", None)
-    return code is None or code.startswith(("08", "57P"))
+    return code is None or code.startswith(("08", "57P")) or code == "25006"
 
 
 def with_defaults(dsn: str) -> str:
