@@ -23,6 +23,7 @@ from . import require
 from .base import REQUESTS_KEPT, ClaimRequest, Store
 from .migrations import check_version, latest_version, migrate
 from .pg_connections import DEFAULT_TIMEOUT_S, Cursor, Pool, pooled_cursor, with_defaults
+from .pg_replication import Replication
 from .queries import check_identifier, load_queries
 from .records import new_token, read_record
 from .urls import masked_url
@@ -362,7 +363,8 @@ class PostgresStore(Store):
             return f"PostgreSQL {cur.fetchone()[0]}"
 
     def durability_warnings(self) -> List[str]:
-        """Warn when a commit can be acknowledged before it is safely on disk."""
+        """Warn when a commit can be acknowledged before it is safely on disk, or before the
+        standby a failover would promote has it (:mod:`leasecron.stores.pg_replication`)."""
         with self._cursor("reading the server's settings") as cur:
             cur.execute(self._q["durability"])
             settings = dict(cur.fetchall())
@@ -374,7 +376,16 @@ class PostgresStore(Store):
                 "synchronous_commit is off: a crash of the server can lose the last claims and"
                 " heartbeats it acknowledged"
             )
-        return warnings
+        return warnings + self._replication().warnings()
+
+    def replication(self) -> List[str]:
+        """The server the store reached (of a multi-host DSN's, the primary), ``synchronous_standby_names``,
+        ``synchronous_commit``, and each standby of ``pg_stat_replication`` with its sync state and
+        replay lag."""
+        return self._replication().lines()
+
+    def _replication(self) -> Replication:
+        return Replication.from_row(self._one("replication", "reading the server's replication"))
 
     def close(self) -> None:
         """Close the store's own pool; a pool passed in stays the caller's."""

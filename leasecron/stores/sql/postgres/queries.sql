@@ -139,6 +139,19 @@ SELECT {schema}.{table}_now();
 -- survives a crash.
 SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit');
 
+-- name: replication
+-- Returns: one row: the address and port of the server this session reached
+-- (NULLs over a Unix socket), synchronous_standby_names and synchronous_commit
+-- as the session sees them, and its standbys from pg_stat_replication as a
+-- JSON array of [application_name, client address, state, sync_state, replay
+-- lag in ms] (NULLs where the role may not see them).
+SELECT host(inet_server_addr()), inet_server_port(),
+       current_setting('synchronous_standby_names'), current_setting('synchronous_commit'),
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(s.application_name, host(s.client_addr), s.state,
+                                                    s.sync_state, extract(epoch FROM s.replay_lag) * 1000)
+                                  ORDER BY s.application_name, s.pid), '[]'::jsonb)
+        FROM pg_stat_replication s);
+
 -- name: get
 -- Takes: job, slot_ms. Returns: the run, or no row.
 SELECT * FROM {schema}.{table} WHERE job = %(job)s AND slot_ms = %(slot_ms)s;
