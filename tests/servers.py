@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import redis
 import redis.cluster
@@ -144,8 +144,23 @@ class ServerProcess(_Started):
         raise NotImplementedError
 
     def kill(self) -> None:
-        """Crash the server and wait until its processes are gone."""
-        raise NotImplementedError
+        """Crash the server (SIGKILL) and wait until its process is gone."""
+        self._kill_process()
+
+    def _kill_process(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(timeout=STOP_TIMEOUT)
+
+    def stop(self) -> None:
+        """Shut the server down (SIGTERM), killing it if it has not exited in time."""
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._kill_process()
 
     def _choose_new_port(self) -> None:
         """Take a new free port, after a start that failed on the one chosen."""
@@ -218,8 +233,11 @@ class Server(ServerProcess):
         appendonly: bool = False,
         cluster: bool = False,
         env: Optional[Dict[str, str]] = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.binary = binary
+        #: More command-line arguments of the server (say, ``--replicaof HOST PORT``).
+        self.args = list(args)
         #: Extra environment variables of the server process (say, libfaketime's).
         self.env = dict(env or {})
         self.directory = Path(directory)
@@ -257,7 +275,7 @@ class Server(ServerProcess):
                 "--cluster-node-timeout", "5000",
                 "--cluster-port", str(self.bus_port),
             ]  # fmt: skip
-        return args
+        return args + self.args
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
         """Launch the server and wait until it answers PING; RuntimeError if it does not
@@ -291,25 +309,6 @@ class Server(ServerProcess):
                 return int(client.info("server")["process_id"]) == self._process.pid
         except redis.RedisError:
             return False
-
-    def _kill_process(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait(timeout=STOP_TIMEOUT)
-
-    def kill(self) -> None:
-        """Crash the server: SIGKILL, and wait for the process to be gone."""
-        self._kill_process()
-
-    def stop(self) -> None:
-        """Shut the server down (SIGTERM), killing it if it has not exited in time."""
-        if self._process is None or self._process.poll() is not None:
-            return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self._kill_process()
 
     def restart(self, timeout: float = START_TIMEOUT) -> None:
         """Crash the server (:meth:`kill`) and start it again on the same port and directory."""

@@ -35,6 +35,8 @@ SCHEMES: Dict[str, Tuple[str, str]] = {
     "rediss": ("leasecron.stores.redis", "RedisStore"),
     "valkey": ("leasecron.stores.redis", "RedisStore"),
     "valkeys": ("leasecron.stores.redis", "RedisStore"),
+    "redis+sentinel": ("leasecron.stores.redis", "RedisStore"),
+    "valkey+sentinel": ("leasecron.stores.redis", "RedisStore"),
     "postgresql": ("leasecron.stores.postgres", "PostgresStore"),
     "postgres": ("leasecron.stores.postgres", "PostgresStore"),
 }

@@ -42,6 +42,14 @@ class Store(StoreReads):
     :class:`~leasecron.StoreUnavailable` for failures worth retrying), raised
     ``from`` the driver's own exception. A bad argument raises
     :class:`~leasecron.ConfigError` naming it, before the store is asked.
+
+    22. A store that copies its writes to replicas and is asked to wait for
+        them answers a *write* (a claim that won, or marked a run interrupted,
+        or ended a request; a heartbeat, finish or release that succeeded;
+        ``pause``, ``resume``, ``request_run``) only once they hold it, and
+        raises :class:`~leasecron.StoreUnavailable` when they do not confirm
+        in time: the caller acts as if no answer came. Any other answer is
+        never refused for want of replicas.
     """
 
     #: The URL scheme(s) this store is opened with, for messages and ``check``.

@@ -14,40 +14,30 @@ from __future__ import annotations
 import logging
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ..compat import old_names_of
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
+from ..limits import check_int
 from ..runs import Claim, Run
 from ..states import RequestState
 from . import require
 from .claim_request import ClaimRequest
 from .base import Store
 from .redis_calls import RedisCalls
-from .redis_server import durability_warnings, server_version, store_error as _store_error
+from .redis_clients import DEFAULT_REPLICA_WAIT_MS, open_client
+from .redis_server import durability_warnings, replication_lines, server_version
 from .redis_scripts import (
     claim_args, control_keys, index_member, job_keys, read_claim, read_index, read_run, read_runs, read_state, text,
 )  # fmt: skip
-from .urls import masked_url, without_secrets
 
 __all__ = ["RedisStore", "job_keys", "control_keys"]
 
 log = logging.getLogger("leasecron")
 
-#: URL schemes this store opens, and the redis-py scheme each one means.
-URL_SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys": "rediss"}
-
-#: Timeouts (seconds) of the clients the store creates; a URL may set others.
-DEFAULT_SOCKET_TIMEOUT = 5.0
-DEFAULT_CONNECT_TIMEOUT = 2.0
-#: Connections of a client the store creates (per node of a cluster); more calls wait for one.
-DEFAULT_MAX_CONNECTIONS = 64
-
-
 class RedisStore(Store):
     """The store contract on Redis or Valkey (``redis://``, ``rediss://``,
-    ``valkey://``, ``valkeys://``).
+    ``valkey://``, ``valkeys://``, ``redis+sentinel://``, ``valkey+sentinel://``).
 
     ``client`` is a redis-py client: ``redis.Redis`` or
     ``redis.cluster.RedisCluster``. A store made with :meth:`from_url` owns
@@ -56,6 +46,12 @@ class RedisStore(Store):
     can share one server; it must not contain ``{`` or ``}`` (they would
     change the keys' hash tag).
 
+    ``replicas`` (default 0): each write is answered only once that many
+    replicas hold it (``WAIT``, in the same round trip as the write; on a
+    Cluster, the replicas of the node that holds the job); when fewer confirm
+    within ``replica_wait_ms`` the call raises
+    :class:`~leasecron.StoreUnavailable` (rule 22 of the contract).
+
     ``create`` is accepted for the signature every store shares
     (:func:`~leasecron.open_store`'s ``create=False``): a Redis store has
     nothing to create before it is read (reads write no key).
@@ -63,16 +59,30 @@ class RedisStore(Store):
 
     kind = "redis"
 
-    def __init__(self, client: Any, *, prefix: str = "leasecron", create: bool = True) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "leasecron",
+        create: bool = True,
+        replicas: int = 0,
+        replica_wait_ms: int = DEFAULT_REPLICA_WAIT_MS,
+    ) -> None:
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
             raise ConfigError(f"Redis key prefix must be a non-empty string without braces, not {prefix!r}")
         if client is None or not hasattr(client, "evalsha"):
             raise ConfigError(f"RedisStore needs a redis-py client (redis.Redis or RedisCluster), not {client!r}")
+        check_int("replicas", replicas, 0)
+        check_int("replica_wait_ms", replica_wait_ms, 1)
         self._redis = require("redis", extra="redis", store="RedisStore")
         self.client = client
         self.prefix = prefix
         self.create = create
-        self._calls = RedisCalls(self._redis, client, prefix)
+        #: How many replicas must hold each write before the store answers it (rule 22).
+        self.replicas = replicas
+        #: How long a write waits for them, in ms.
+        self.replica_wait_ms = replica_wait_ms
+        self._calls = RedisCalls(self._redis, client, prefix, replicas, replica_wait_ms)
         self._jobs_key = f"{prefix}:jobs"
         self._controlled_key = f"{prefix}:controlled"
         self._registered: Set[str] = set()
@@ -82,59 +92,26 @@ class RedisStore(Store):
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True, **client_options: Any) -> "RedisStore":
-        """Open ``redis://[user:password@]host[:port][/db]`` (or ``rediss://``,
-        ``valkey://``, ``valkeys://``).
+        """Open ``redis://[user:password@]host[:port][/db]`` (or ``rediss://``, ``valkey://``,
+        ``valkeys://``), or a primary through Sentinel:
+        ``redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db]`` (or
+        ``valkey+sentinel://``).
 
-        Query options: ``prefix`` (default ``leasecron``); ``cluster=true``
-        for a Redis/Valkey Cluster (the URL names any one node); and any
-        option redis-py's ``from_url`` knows, such as ``socket_timeout``.
-        ``create``: as the constructor's.
+        Query options: ``prefix`` (default ``leasecron``); ``replicas`` and ``replica_wait_ms``
+        (as the constructor's); ``cluster=true`` for a Redis/Valkey Cluster (the URL names any
+        one node); ``sentinel_password`` for the Sentinels (the URL's user and password are the
+        data servers'); and, but for a Sentinel URL, any option redis-py's ``from_url`` knows,
+        such as ``socket_timeout``. ``create``: as the constructor's.
         """
         redis = require("redis", extra="redis", store="RedisStore")
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        shown = masked_url(url)
-        if scheme not in URL_SCHEMES:
-            raise ConfigError(f"RedisStore URL must start with one of {', '.join(URL_SCHEMES)}, not {shown!r}")
-        database = parts.path.strip("/")
-        if database and not database.isdigit():  # redis-py would quietly use database 0
-            raise ConfigError(
-                f"bad Redis URL {shown!r}: the database must be a number (redis://host:6379/0),"
-                f" not {without_secrets(database, url)!r}"
-            )
-        query = parse_qs(parts.query, keep_blank_values=True)
-        prefix = query.pop("prefix", ["leasecron"])[-1]
-        cluster = query.pop("cluster", ["false"])[-1].lower()
-        if cluster not in ("true", "false", "1", "0", "yes", "no"):
-            raise ConfigError(f"cluster in {shown!r} must be true or false, not {cluster!r}")
-        target = urlunsplit((URL_SCHEMES[scheme], parts.netloc, parts.path, urlencode(query, doseq=True), ""))
-        options: Dict[str, Any] = {
-            "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
-            "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
-            "connection_pool_class": redis.BlockingConnectionPool,
-            "max_connections": DEFAULT_MAX_CONNECTIONS,
-        }
-        options.update(client_options)
-        # the wait for a free connection: as long as a call may take, the URL's socket_timeout if it has one
-        wait = query.get("socket_timeout", [""])[-1]
-        options.setdefault("timeout", float(wait) if wait.replace(".", "", 1).isdigit() else options["socket_timeout"])
-        try:
-            if cluster in ("true", "1", "yes"):
-                client = redis.cluster.RedisCluster.from_url(target, **options)
-            else:
-                options.setdefault("retry", redis.retry.Retry(redis.backoff.NoBackoff(), 0))
-                pool = options.pop("connection_pool_class").from_url(target, **options)  # Redis.from_url takes no class
-                client = redis.Redis.from_pool(pool)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"bad Redis URL {shown!r}: {without_secrets(str(exc), url)}") from exc
-        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            # RedisClusterException (no node answers as a cluster node) is no RedisError
-            error = _store_error(redis, exc, f"cannot connect to {shown}")
-            raise type(error)(without_secrets(str(error), url)) from exc
-        store = cls(client, prefix=prefix, create=create)
-        store.kind = "valkey" if scheme.startswith("valkey") else "redis"
+        opened = open_client(redis, url, client_options)
+        store = cls(
+            opened.client, prefix=opened.prefix, create=create, replicas=opened.replicas,
+            replica_wait_ms=opened.replica_wait_ms,
+        )  # fmt: skip
+        store.kind = opened.kind
         store._owns_client = True
-        store._label = shown
+        store._label = opened.label
         return store
 
     def _register(self, jobs: Sequence[str], again: bool = False) -> None:
@@ -151,20 +128,26 @@ class RedisStore(Store):
 
     def _claim(self, request: ClaimRequest) -> Claim:
         self._register((request.job,))
-        return self._answers([request], [self._calls.script("claim", request.job, *claim_args(request))])[0]
+        reply, acks = self._calls.write("claim", request.job, *claim_args(request))
+        return self._answers([request], [reply], acks, f"claim of {request.job!r}")[0]
 
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
         """One pipeline of claim.lua calls: one round trip, one per node of a cluster."""
         self._register(list(dict.fromkeys(request.job for request in requests)))
         jobs, args = [request.job for request in requests], [claim_args(request) for request in requests]
-        return self._answers(requests, self._calls.script_many("claim", jobs, args, f"claims of {len(requests)} jobs"))
+        doing = f"claims of {len(requests)} jobs"
+        replies, acks = self._calls.script_many("claim", jobs, args, doing, wait=self._calls.wait)
+        return self._answers(requests, replies, acks, doing)
 
-    def _answers(self, requests: List[ClaimRequest], replies: List[Any]) -> List[Claim]:
-        """The claims claim.lua answered, once the jobs set and the index of requests know what
-        they wrote (``docs/design.rst``, The stores: Redis)."""
+    def _answers(
+        self, requests: List[ClaimRequest], replies: List[Any], acks: Optional[int], doing: str
+    ) -> List[Claim]:
+        """The claims claim.lua answered, once the replicas hold what they wrote (rule 22) and the
+        jobs set and the index of requests know it (``docs/design.rst``, The stores: Redis)."""
+        read = [read_claim(request.job, reply) for request, reply in zip(requests, replies)]
+        self._calls.confirm(acks, any(answer.wrote for answer in read), doing)
         answers, firsts = [], []
-        for request, reply in zip(requests, replies):
-            claim, first, requested_by, state = read_claim(request.job, reply)
+        for request, (claim, first, requested_by, state, _) in zip(requests, read):
             answers.append(claim)
             if first:  # the job's first stored run: make sure jobs() lists it
                 firsts.append(request.job)
@@ -194,34 +177,46 @@ class RedisStore(Store):
             log.warning("leasecron: %s", exc)
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        return bool(self._calls.script("heartbeat", job, slot_ms, token, lease_ms))
+        return self._written("heartbeat", job, slot_ms, token, lease_ms)
 
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         args: Tuple[Union[str, int], ...] = (slot_ms, token, status)
         if error is not None:
             args += (error,)
-        return bool(self._calls.script("finish", job, *args))
+        return self._written("finish", job, *args)
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
-        return bool(self._calls.script("release", job, slot_ms, token))
+        return self._written("release", job, slot_ms, token)
+
+    def _written(self, name: str, job: str, *args: Union[str, int]) -> bool:
+        """The script ``name`` whose reply says whether it wrote (rule 22 for that write)."""
+        reply, acks = self._calls.write(name, job, *args)
+        self._calls.confirm(acks, bool(reply), f"{name} of {job!r}")
+        return bool(reply)
 
     def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
         self._calls.call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
         args: Tuple[str, ...] = ("pause", by) if note is None else ("pause", by, note)
-        return read_state(job, self._calls.script("pause", job, *args))
+        return read_state(job, self._always_written("pause", job, *args))
 
     def _resume(self, job: str, by: str) -> JobState:
-        return read_state(job, self._calls.script("pause", job, "resume", by))
+        return read_state(job, self._always_written("pause", job, "resume", by))
 
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
         self._calls.call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
-        slot, expires = (int(text(value)) for value in self._calls.script("request", job, by, max_late_ms))
+        slot, expires = (int(text(value)) for value in self._always_written("request", job, by, max_late_ms))
         doing = (
             f"indexing the request of {job!r} at {slot} (it is stored, but no instance will find it:"
             " it expires without a run; ask again)"
         )
-        self._calls.index(doing, "add", index_member(job, slot, by), expires)
+        self._calls.index(doing, "add", index_member(job, slot, by), expires, write=True)
         return ManualRequest(job, slot, by, expires, RequestState.PENDING)
+
+    def _always_written(self, name: str, job: str, *args: Union[str, int]) -> Any:
+        """The reply of the script ``name``, which always writes, once the replicas hold it (rule 22)."""
+        reply, acks = self._calls.write(name, job, *args)
+        self._calls.confirm(acks, True, f"{name} of {job!r}")
+        return reply
 
     # -- the contract's reads (arguments checked by StoreReads) --------------------------
 
@@ -262,7 +257,7 @@ class RedisStore(Store):
     def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
         """One pipeline of runs.lua calls, one per job: one round trip, one per node of a cluster."""
         doing = f"reading the runs of {len(jobs)} jobs"
-        replies = self._calls.script_many("runs", jobs, [("runs", limit)] * len(jobs), doing)
+        replies, _ = self._calls.script_many("runs", jobs, [("runs", limit)] * len(jobs), doing)
         return {job: read_runs(job, reply) for job, reply in zip(jobs, replies)}
 
     def _jobs(self) -> List[str]:
@@ -287,7 +282,22 @@ class RedisStore(Store):
                 return None  # CONFIG may be disabled (managed servers)
 
         info = self._calls.call("reading INFO persistence", self.client.info, "persistence")
-        return durability_warnings(info, appendfsync)
+        return durability_warnings(info, appendfsync) + self._replication()[1]
+
+    def replication(self) -> List[str]:
+        """The primary (or each primary of a cluster), its replicas with their state and lag, and
+        whether ``replicas=N`` can be met now."""
+        return self._replication()[0]
+
+    def _replication(self) -> Tuple[List[str], List[str]]:
+        info = self._calls.call("reading INFO replication", self.client.info, "replication")
+        lines, warnings = replication_lines(info, self.replicas)
+        pool: Any = getattr(self.client, "connection_pool", None)
+        service = getattr(pool, "service_name", None)
+        if service is not None:  # found through Sentinel: name the primary the Sentinels name now
+            host, port = self._calls.call("asking the Sentinels", pool.get_master_address)
+            lines.insert(0, f"Sentinel service {service!r}: primary {host}:{port}")
+        return lines, warnings
 
     def close(self) -> None:
         """Close the client if this store created it (from a URL)."""

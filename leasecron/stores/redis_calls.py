@@ -4,14 +4,17 @@ One command, one script on one job's keys, one script for many jobs in one pipel
 trip, one per node of a cluster, each call atomic on its own), the index of open requests, and
 the names in a set each read with a pipeline of plain commands. The one idea: every redis-py
 error leaves here as a :class:`~leasecron.StoreError` (or :class:`~leasecron.StoreUnavailable`)
-that names what was being done.
+that names what was being done; and a write the store's replicas did not confirm in time is
+never answered (rule 22).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-from .redis_scripts import load_scripts, text
+from ..errors import StoreUnavailable
+
+from .redis_scripts import Wait, load_scripts, text
 from .redis_server import store_error
 
 __all__ = ["RedisCalls"]
@@ -21,10 +24,15 @@ class RedisCalls:
     """The calls a store makes with the redis-py ``client`` on the keys that start with ``prefix``.
 
     ``redis`` is the redis-py module (an optional extra, imported by the store when it is made).
+    A write waits until ``replicas`` replicas hold it, for at most ``replica_wait_ms``.
     """
 
-    def __init__(self, redis: Any, client: Any, prefix: str) -> None:
+    def __init__(self, redis: Any, client: Any, prefix: str, replicas: int = 0, replica_wait_ms: int = 500) -> None:
         self._redis = redis
+        self._replicas = replicas
+        self._wait_ms = replica_wait_ms
+        #: The ``WAIT`` a write sends after it, or None when the store waits for no replica.
+        self.wait: Wait = (replicas, replica_wait_ms) if replicas else None
         #: The redis-py client (``redis.Redis`` or ``redis.cluster.RedisCluster``).
         self.client = client
         #: What every key starts with.
@@ -49,24 +57,50 @@ class RedisCalls:
         except self._redis.exceptions.RedisError as exc:
             raise store_error(self._redis, exc, f"{name} of {job!r}") from exc
 
-    def index(self, doing: str, *args: Union[str, int]) -> Any:
-        """index.lua on the index of open requests."""
-        return self.call(doing, self.scripts["index"], self.client, [self.pending_key], args)
+    def write(self, name: str, job: str, *args: Union[str, int]) -> Tuple[Any, Optional[int]]:
+        """:meth:`script`, followed in the same round trip by a ``WAIT`` for the store's replicas:
+        the reply, and how many replicas confirmed (None when the store waits for none; then the
+        call is :meth:`script`'s). The caller tells :meth:`confirm` whether the reply wrote."""
+        if self.wait is None:
+            return self.script(name, job, *args), None
+        replies, acks = self.script_many(name, [job], [args], f"{name} of {job!r}", wait=self.wait)
+        return replies[0], acks
+
+    def confirm(self, acks: Optional[int], wrote: bool, doing: str) -> None:
+        """Rule 22: raise :class:`~leasecron.StoreUnavailable` when a reply that ``wrote`` was
+        confirmed by fewer replicas than the store waits for: its answer must not be used."""
+        if wrote and acks is not None and acks < self._replicas:
+            raise StoreUnavailable(
+                f"Redis {doing}: the write reached {acks} of the {self._replicas} replicas it waits for within"
+                f" replica_wait_ms ({self._wait_ms} ms); its answer is not used (a failover could lose it)"
+            )
+
+    def index(self, doing: str, *args: Union[str, int], write: bool = False) -> Any:
+        """index.lua on the index of open requests; a ``write`` waits for the replicas (rule 22)."""
+        script = self.scripts["index"]
+        if not write or self.wait is None:
+            return self.call(doing, script, self.client, [self.pending_key], args)
+        (reply,), acks = self.call(doing, script.many, self.client, [([self.pending_key], args)], self.wait)
+        if isinstance(reply, Exception):
+            raise store_error(self._redis, reply, doing) from reply
+        self.confirm(acks, True, doing)
+        return reply
 
     def script_many(
-        self, name: str, jobs: Sequence[str], args: Sequence[Sequence[Union[str, int]]], doing: str
-    ) -> List[Any]:
+        self, name: str, jobs: Sequence[str], args: Sequence[Sequence[Union[str, int]]], doing: str, wait: Wait = None
+    ) -> Tuple[List[Any], Optional[int]]:
         """The script ``name`` once per job of ``jobs``, with the ``args`` of the same index, in one
         pipeline (:meth:`Script.many <leasecron.stores.redis_scripts.Script.many>`: one round trip,
-        one per node of a cluster, each call atomic on its own); the replies in order. A call the
-        server refused raises, naming its job."""
+        one per node of a cluster, each call atomic on its own); the replies in order, and with
+        ``wait`` how many replicas confirmed them (else None). A call the server refused raises,
+        naming its job."""
         script = self.scripts[name]
         calls = [(script.job_keys(self.prefix, job), job_args) for job, job_args in zip(jobs, args)]
-        replies: List[Any] = self.call(doing, script.many, self.client, calls)
+        replies, acks = self.call(doing, script.many, self.client, calls, wait)
         for job, reply in zip(jobs, replies):
             if isinstance(reply, Exception):
                 raise store_error(self._redis, reply, f"{name} of {job!r}") from reply
-        return replies
+        return replies, acks
 
     def each_member(self, key: str, doing: str, queue: Callable[[Any, str], None]) -> List[Tuple[str, List[Any]]]:
         """The names in the set ``key``, sorted, each with the replies of the commands that

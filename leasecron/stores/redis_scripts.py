@@ -16,13 +16,13 @@ import functools
 import hashlib
 import json
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import quote
 
 from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
 from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
-from ..states import RequestState
+from ..states import Outcome, RequestState
 from . import require
 from .base import REQUESTS_KEPT
 from .claim_request import ClaimRequest
@@ -104,31 +104,56 @@ class Script:
         client.script_load(self.source)
         return client.execute_command(*command)
 
-    def many(self, client: Any, calls: Sequence[Tuple[Sequence[str], Sequence[Union[str, int]]]]) -> List[Any]:
+    def many(
+        self, client: Any, calls: Sequence[Tuple[Sequence[str], Sequence[Union[str, int]]]], wait: Wait = None
+    ) -> Tuple[List[Any], Optional[int]]:
         """Each of ``calls`` (keys, args) in one pipeline: one round trip (one per node of a
         cluster), each script atomic on its own; the replies in order, an error in the place of a
         call that failed. Calls the server answered ``NOSCRIPT`` (it ran nothing for them) are sent
-        again, once the script is loaded."""
-        replies = _pipelined(client, [(self.sha, keys, args) for keys, args in calls])
+        again, once the script is loaded. With ``wait`` (replicas, ms), a ``WAIT`` follows the calls
+        on each node, in the same round trip: the fewest replicas that confirmed them comes second
+        (None without ``wait``)."""
+        replies, acks = _pipelined(client, [(self.sha, keys, args) for keys, args in calls], wait)
         missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
         if missing:
             client.script_load(self.source)
-            again = _pipelined(client, [(self.sha, *calls[i]) for i in missing])
+            again, acks_again = _pipelined(client, [(self.sha, *calls[i]) for i in missing], wait)
             for i, reply in zip(missing, again):
                 replies[i] = reply
-        return replies
+            acks = None if acks is None or acks_again is None else min(acks, acks_again)
+        return replies, acks
 
 
-def _pipelined(client: Any, calls: Sequence[Tuple[str, Sequence[str], Sequence[Union[str, int]]]]) -> List[Any]:
+#: A write's wait for its replicas: (how many, for at most how many ms), or None for none.
+Wait = Optional[Tuple[int, int]]
+
+
+def _pipelined(
+    client: Any, calls: Sequence[Tuple[str, Sequence[str], Sequence[Union[str, int]]]], wait: Wait = None
+) -> Tuple[List[Any], Optional[int]]:
     pipe = client.pipeline(transaction=False)
     # A cluster pipeline of redis-py 8 asks a node for the keys of each EVALSHA (COMMAND GETKEYS,
     # a round trip per call) unless it is told the node: the node holding the call's first key
     # (a job's keys share one slot). A call redirected (MOVED) is sent again by slot, as usual.
     node_of = getattr(client, "get_node_from_key", None)
+    nodes: Dict[str, Any] = {}
     for sha, keys, args in calls:
         options = {"target_nodes": node_of(keys[0])} if node_of is not None and keys else {}
+        if options:
+            nodes.setdefault(options["target_nodes"].name, options["target_nodes"])
         pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args, **options)
-    return list(pipe.execute(raise_on_error=False))
+    if wait is None:
+        return list(pipe.execute(raise_on_error=False)), None
+    # rule 22: WAIT on each connection that wrote, after its writes (a cluster: one per node)
+    targets = [{"target_nodes": node} for node in nodes.values()] or [{}]
+    for options in targets:
+        pipe.execute_command("WAIT", *wait, **options)
+    replies = list(pipe.execute(raise_on_error=False))
+    acks = replies[len(calls) :]
+    failed = next((reply for reply in acks if isinstance(reply, Exception)), None)
+    if failed is not None:
+        raise failed
+    return replies[: len(calls)], min(int(reply) for reply in acks)
 
 
 def _no_script(reply: Any) -> bool:
@@ -222,15 +247,28 @@ def claim_args(request: ClaimRequest) -> Tuple[Union[str, int], ...]:
     return args
 
 
-def read_claim(job: str, reply: Sequence[Any]) -> Tuple[Claim, bool, Optional[str], str]:
-    """The answer of claim.lua's ``reply``; whether the claim stored the job's first run; the
-    requester of the request whose index entry must change (or None) and its state now."""
+class ClaimReply(NamedTuple):
+    """What claim.lua answered."""
+
+    claim: Claim
+    #: Whether the claim stored the job's first run.
+    first: bool
+    #: The requester of the request whose index entry must change, or None; and its state now.
+    requested_by: Optional[str]
+    state: str
+    #: Whether the answer rests on what the claim wrote (rule 22).
+    wrote: bool
+
+
+def read_claim(job: str, reply: Sequence[Any]) -> ClaimReply:
+    """The answer of claim.lua's ``reply``."""
     outcome, at, raw = reply[:3]
     claim = Claim(text(outcome), None if raw is None else read_run(job, at, raw))
     if len(reply) == 3:
-        return claim, False, None, ""
-    first, requested_by, state = reply[3:]
-    return claim, first == 1, None if requested_by is None else text(requested_by), text(state or "")
+        return ClaimReply(claim, False, None, "", claim.outcome == Outcome.WON)
+    first, requested_by, state, wrote = reply[3:]
+    by = None if requested_by is None else text(requested_by)
+    return ClaimReply(claim, first == 1, by, text(state or ""), wrote == 1 or claim.outcome == Outcome.WON)
 
 
 def _int(value: object) -> int:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Tuple
 from ..errors import StoreError, StoreUnavailable
 from .redis_scripts import text
 
-__all__ = ["server_version", "durability_warnings", "store_error"]
+__all__ = ["server_version", "durability_warnings", "replication_lines", "store_error"]
 
 
 def _nodes(info: Any) -> List[Dict[str, Any]]:
@@ -42,6 +42,48 @@ def durability_warnings(info: Any, appendfsync: Callable[[], Any]) -> List[str]:
             " of claims and heartbeats; set appendfsync always"
         ]
     return []
+
+
+def replication_lines(info: Any, replicas: int) -> Tuple[List[str], List[str]]:
+    """From an ``INFO replication`` reply (each primary's, on a cluster): what ``leasecron check``
+    shows of the replicas (each with its state and how far behind it is), and the warnings: a
+    failover that can lose acknowledged writes (``replicas=0`` beside replicas), or a
+    ``replicas=N`` that fewer replicas than N can meet now (every write fails meanwhile)."""
+    lines: List[str] = []
+    streaming: List[int] = []
+    for node in _nodes(info):
+        if node.get("role") != "master":
+            continue
+        offset = int(node.get("master_repl_offset", 0))
+        found = [value for key, value in node.items() if key.startswith("slave") and isinstance(value, dict)]
+        online = [r for r in found if r.get("state") == "online"]
+        streaming.append(len(online))
+        lines.append(f"primary: {len(online)} of {len(found)} replica(s) online, replication offset {offset}")
+        for replica in found:
+            behind = offset - int(replica.get("offset", 0))
+            lines.append(
+                f"replica {replica.get('ip')}:{replica.get('port')} {replica.get('state')},"
+                f" {behind} bytes behind, last ack {replica.get('lag')} s ago"
+            )
+    if not lines:
+        return [], []
+    fewest = min(streaming)
+    warnings = []
+    if replicas == 0 and fewest > 0:
+        warnings.append(
+            "the store waits for no replica (replicas=0): a failover to a replica can lose acknowledged"
+            " claims and renewals, and a slot can run twice; set replicas=N (N: every replica that can be"
+            " promoted)"
+        )
+    if replicas > fewest:
+        warnings.append(
+            f"replicas={replicas} cannot be met now: {fewest} replica(s) online; every write fails"
+            " until enough replicas stream again"
+        )
+    if replicas:
+        state = "met now" if replicas <= fewest else "NOT met now"
+        lines.append(f"replicas={replicas}: each write waits for {replicas} replica(s): {state}")
+    return lines, warnings
 
 
 def store_error(redis: Any, exc: Exception, doing: str) -> StoreError:

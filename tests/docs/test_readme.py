@@ -72,7 +72,7 @@ def test_the_guarantees_name_what_can_duplicate_a_run() -> None:
     """The one guarantees paragraph is honest: it names the cases that can run a slot twice."""
     start = _section("Guarantees")
     text = re.sub(r"\s+", " ", " ".join(LINES[start + 1:_section("Try it from a clone")]))
-    for phrase in ("exactly once", "appendonly", "asynchronous replica", "ignores its abort"):
+    for phrase in ("exactly once", "appendonly", "asynchronous replica", "replicas=N", "ignores its abort"):
         assert phrase in text, phrase
 
 

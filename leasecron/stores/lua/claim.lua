@@ -14,9 +14,9 @@
 -- ARGV[10] fresh        a new random token, for a next attempt when ARGV[2]
 --                       is the token of the attempt it replaces; absent when
 --                       ARGV[2] is itself new (the caller gave no token)
--- Returns: {outcome, slot_ms, run JSON, first, requested_by, state}, or only
--- its first three items when the others would be 0, nil, nil (most claims:
--- a shorter reply is cheaper to send and to read). outcome
+-- Returns: {outcome, slot_ms, run JSON, first, requested_by, state, wrote},
+-- or only its first three items when the others would be 0, nil, nil, 0 (most
+-- claims: a shorter reply is cheaper to send and to read). outcome
 -- is one of won, running, overlap, late, early, done, none, paused; slot_ms
 -- and run JSON are nil when the answer carries no run; first is 1 when the
 -- claim stored the job's first run (the caller then adds the job to the jobs
@@ -26,6 +26,9 @@
 -- now: this claim ended it (claimed: the caller marks the entry claimed; it
 -- stays until it expires, for the instances that back up its run), or a
 -- manual claim found it skipped or expired (the caller removes the entry).
+-- wrote is 1 when the answer rests on what this claim wrote besides a won
+-- run (it marked a run interrupted, or ended a request): rule 22, the caller
+-- answers it only once the replicas it waits for hold it; won always wrote.
 
 local slot = ARGV[1]
 local slot_ms = tonumber(slot)
@@ -40,12 +43,13 @@ local now = now_ms()
 local first = 0
 local requested_by = false
 local request_state = false
+local wrote = 0
 
 local function answer(outcome, at, raw)
-  if first == 0 and not requested_by then
+  if first == 0 and not requested_by and wrote == 0 then
     return {outcome, at or false, raw or false}
   end
-  return {outcome, at or false, raw or false, first, requested_by, request_state}
+  return {outcome, at or false, raw or false, first, requested_by, request_state, wrote}
 end
 
 -- A request a manual claim found ended: its index entry goes, unless it was
@@ -76,12 +80,14 @@ end
 local function end_request(request, state)
   request.state = state
   save_request(slot, request)
+  wrote = 1 -- rule 22
   requested_by = request.requested_by
   request_state = state
 end
 
 -- Mark a running run interrupted, with its current attempt (rules 4, 5, 11).
 local function interrupt(at, run, why)
+  wrote = 1 -- rule 22
   close_attempt(run)
   return finish_run(at, run, now, 'interrupted', why)
 end
