@@ -211,19 +211,21 @@ def test_after_a_failover_the_next_call_reaches_the_new_primary_on_a_new_connect
     """After kill -9 and promotion the next call is answered by the new primary at once: no dead connection reused."""
     name = f"lc_{uuid.uuid4().hex[:8]}"
     store = opened(f"&application_name={name}&max_connections=4")
-    barrier = threading.Barrier(4)
-
-    def busy() -> None:  # four connections open at once, idle in the pool afterwards
-        barrier.wait()
-        store.claim(f"job{threading.get_ident()}", store.now_ms() - 1000, runner="r1")
-
-    threads = [threading.Thread(target=busy) for _ in range(4)]
+    store.get_run("job", 0)  # the schema
+    old = pair.primary
+    lock = old.connect()
+    lock.autocommit = False
+    with lock.cursor() as cur:  # three reads wait on it at once, each on a connection of its own
+        cur.execute(f"LOCK TABLE {store.schema}.{store.table} IN ACCESS EXCLUSIVE MODE")
+    threads = [threading.Thread(target=store.get_run, args=("job", 0)) for _ in range(3)]
     for thread in threads:
         thread.start()
+    wait_for(lambda: _backends(old, name) == 3, 5)
+    lock.rollback()
+    lock.close()
     for thread in threads:
         thread.join()
-    old = pair.primary
-    assert _backends(old, name) >= 2
+    assert _backends(old, name) == 3  # idle in the pool
     pair.kill_primary()
     pair.promote()
     assert store.replication()[0] == f"primary {HOST}:{pair.primary.port} (the server this session reached)"
