@@ -59,6 +59,20 @@ class CallCounter:
                 return send(*args, **options)
 
             client.execute_command = execute_command
+            make_pipeline = client.pipeline
+
+            def pipeline(*args: Any, **options: Any) -> Any:  # a pipeline's execute is one round trip
+                pipe = make_pipeline(*args, **options)
+                execute = pipe.execute
+
+                def counted(*execute_args: Any, **execute_options: Any) -> Any:
+                    self._add()
+                    return execute(*execute_args, **execute_options)
+
+                pipe.execute = counted
+                return pipe
+
+            client.pipeline = pipeline
             self.unit = "round trips"
 
     def _add(self) -> None:
