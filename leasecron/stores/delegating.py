@@ -113,6 +113,10 @@ class DelegatingStore(Store):
         """The inner store's durability warnings."""
         return self.inner.durability_warnings()
 
+    def replication(self) -> List[str]:
+        """How the inner store's writes are copied."""
+        return self.inner.replication()
+
     def close(self) -> None:
         """Close the inner store."""
         self.inner.close()

@@ -72,7 +72,7 @@ def test_every_operation_is_forwarded_and_the_public_methods_are_the_contracts()
     now_ms, close) and the check helpers; its public operations are Store's own."""
     assert not DelegatingStore.__abstractmethods__
     assert {f"_{name}" for name in OPERATIONS} | {"now_ms", "close"} == set(Store.__abstractmethods__)
-    for name in sorted(Store.__abstractmethods__) + ["server_version", "durability_warnings"]:
+    for name in sorted(Store.__abstractmethods__) + ["server_version", "durability_warnings", "replication"]:
         assert name in vars(DelegatingStore), name
         assert inspect.signature(getattr(DelegatingStore, name)) == inspect.signature(getattr(Store, name)), name
     for name in OPERATIONS + ["claim_many"]:
@@ -158,6 +158,9 @@ class _Answers(Store):
     def durability_warnings(self) -> List[str]:
         return ["keep it on disk"]
 
+    def replication(self) -> List[str]:
+        return ["copied twice"]
+
     def close(self) -> None:
         self.closed += 1
 
@@ -188,6 +191,7 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     assert store.jobs() == ["j"]
     assert store.server_version() == "Answers 1.2"
     assert store.durability_warnings() == ["keep it on disk"]
+    assert store.replication() == ["copied twice"]
     assert inner.calls == [
         ("now_ms", ()),
         ("claim", (ClaimRequest("j", 7, "r", "takeover", 9, 2, 3, "allow", 4, "t0"),)),
