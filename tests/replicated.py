@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import redis
 
@@ -89,15 +89,30 @@ class Replicated(_Started):
     """A primary, ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority of them)."""
 
     def __init__(
-        self, binary: str, directory: Path, *, replicas: int = 2, sentinels: int = 3, sentinel_password: str = ""
+        self,
+        binary: str,
+        directory: Path,
+        *,
+        replicas: int = 2,
+        sentinels: int = 3,
+        sentinel_password: str = "",
+        appendonly: bool = False,
+        server_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary
         self.directory = Path(directory)
         self.sentinel_password = sentinel_password
+        #: More command-line arguments of every data server (say, ``--repl-diskless-sync-delay 0``).
+        self.server_args = list(server_args)
         first = free_port()
         #: Every data server, the first one the primary at start.
-        self.servers: List[Server] = [Server(binary, self.directory / "server0", port=first)] + [
-            Server(binary, self.directory / f"server{i}", args=["--replicaof", HOST, str(first)])
+        self.servers: List[Server] = [
+            Server(binary, self.directory / "server0", port=first, appendonly=appendonly, args=self.server_args)
+        ] + [
+            Server(
+                binary, self.directory / f"server{i}", appendonly=appendonly,
+                args=[*self.server_args, "--replicaof", HOST, str(first)],
+            )  # fmt: skip
             for i in range(1, replicas + 1)
         ]
         quorum = sentinels // 2 + 1
@@ -166,6 +181,9 @@ class Replicated(_Started):
                     _, port = client.sentinel_get_master_addr_by_name(SERVICE)
                     if int(port) != primary.port:
                         return f"sentinel {sentinel.port} names {port} the primary, not {primary.port}"
+                    state = client.sentinel_master(SERVICE)  # a failover ends once every replica follows
+                    if int(state["port"]) != primary.port or "failover_in_progress" in str(state["flags"]):
+                        return f"sentinel {sentinel.port} is still failing over to {primary.port}"
                     known = [r for r in client.sentinel_slaves(SERVICE) if "s_down" not in r["flags"]]
                     others = client.sentinel_sentinels(SERVICE)
                 if len(known) < wanted or len(others) < len(running) - 1:
@@ -192,11 +210,7 @@ class Replicated(_Started):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                ports = set()
-                for sentinel in self.sentinels:
-                    if sentinel.running:
-                        with sentinel.client(socket_timeout=2.0) as client:
-                            ports.add(int(client.sentinel_get_master_addr_by_name(SERVICE)[1]))
+                ports = self.named_primaries()
                 if len(ports) == 1 and old.port not in ports:
                     return self.server_at(ports.pop())
             except redis.RedisError:
@@ -205,10 +219,24 @@ class Replicated(_Started):
                 raise RuntimeError(f"no failover from {old.port} within {timeout} s")
             time.sleep(POLL_INTERVAL * 5)
 
+    def named_primaries(self, timeout: float = 2.0) -> Set[int]:
+        """The ports of the primaries the running Sentinels name now (one when they agree);
+        redis.RedisError when one does not answer within ``timeout`` s."""
+        ports = set()
+        for sentinel in self.sentinels:
+            if sentinel.running:
+                with sentinel.client(socket_timeout=timeout) as client:
+                    ports.add(int(client.sentinel_get_master_addr_by_name(SERVICE)[1]))
+        return ports
+
+    def settled(self) -> bool:
+        """Whether the topology is settled now (:meth:`wait_settled`'s condition, checked once)."""
+        return self._unsettled(None) is None
+
     def rejoin(self, old: Server) -> None:
         """Start ``old`` again as a replica of the primary now (as an operator or Sentinel would)."""
         primary = self.primary()
-        old.args = ["--replicaof", HOST, str(primary.port)]
+        old.args = [*self.server_args, "--replicaof", HOST, str(primary.port)]
         old.start()
 
     def stop(self) -> None:
