@@ -229,6 +229,9 @@ EXCUSED_ATTEMPTS = [
     # long2@8000's attempt 1 stored handed_over, but B was killed after it won: its release line may be missing.
     pytest.param("stored_8000", 0, {"outcome": "handed_over"}, [("kill", 13950, "B", {})],
                  id="handed_over_by_a_runner_killed_later_is_skipped"),
+    # The same, B got SIGTERM before it won: the engine releases such a run at once, and may exit meanwhile.
+    pytest.param("stored_8000", 0, {"outcome": "handed_over"}, [("term", 7990, "B", {})],
+                 id="handed_over_when_won_after_its_runner_got_sigterm_is_skipped"),
     # Attempt 1 ending after attempt 2 began, during a step of the store's clock: its times do not order them.
     pytest.param("stored_8000", 0, {"ended_ms": 10_200},
                  [("clock-step", 9000, None, {"offset_ms": 2000}), ("clock-back", 9500, None, {})],
@@ -246,6 +249,14 @@ def test_a_stored_attempt_the_nemesis_explains(
     for action, at, runner, fields in nemesis:
         sim.nemesis(action, at, runner, **fields)
     assert_clean(sim.check(), "attempts_match")
+
+
+def test_a_finish_without_its_line_is_reported_also_when_won_after_sigterm(tmp_path: Path) -> None:
+    """A run won after its runner got SIGTERM is only ever released: stored success without a finish line is reported."""
+    sim, h = start(tmp_path)
+    h.stored_8000[0].update({"outcome": "success"})
+    sim.nemesis("term", 7990, "B")
+    assert_violates(sim.check(), "attempts_match", "logged no accepted finish or release")
 
 
 def test_a_run_released_at_the_end_and_not_taken_over(tmp_path: Path) -> None:

@@ -16,8 +16,11 @@ story the logs tell (rule 20 of ``docs/protocol.rst``):
 * the runner of each attempt is the instance that logged winning it, with the same reason;
   an attempt its runner logged as released (accepted) ended ``handed_over``, one logged as
   finished ended with that status, and an attempt stored as released or finished has such a
-  line unless the line may be missing: its process was killed after it won, or one of its
-  finishes or releases got no answer (it may have landed).
+  line unless the line may be missing: its process was killed after it won, one of its
+  finishes or releases got no answer (it may have landed), or it was won after its process got
+  SIGTERM: the engine releases such a run at once, and its stop waits only 100 ms
+  (``IN_FLIGHT_WAIT_S``) for claims in flight, so the process may exit during that release
+  (likelier on a replicated store, where each release also waits for the replicas).
 
 An attempt no instance logged winning (a SIGKILL between the store's answer and the line, an
 unanswered claim) is counted as skipped for the checks that need its lines.
@@ -116,18 +119,22 @@ def _against_logs(model: Model, slot: Slot, att: dict, inv: InvariantResult) -> 
     elif not finishes and releases and outcome != "handed_over":
         out.append(f"attempt #{number} stored {outcome}, its runner's release was accepted")
     elif not finishes and not releases and outcome in ("success", "failed", "handed_over"):
-        if _line_may_be_missing(model, won):
+        if _line_may_be_missing(model, won, outcome == "handed_over"):
             inv.skipped += 1
         else:
             out.append(f"attempt #{number} stored {outcome}, but {won.label()} logged no accepted finish or release")
     return out
 
 
-def _line_may_be_missing(model: Model, att: Attempt) -> bool:
-    """Whether a finish or release the store accepted may have no ``ok`` line: the process was
-    killed after the attempt was won, or one of the attempt's finishes or releases got no answer."""
+def _line_may_be_missing(model: Model, att: Attempt, released: bool) -> bool:
+    """Whether a finish or release (``released``) the store accepted may have no ``ok`` line: the
+    process was killed after the attempt was won, one of the attempt's finishes or releases got no
+    answer, or a release of an attempt won after its process got SIGTERM (released at once, maybe
+    while the process exited)."""
     if any(c["ev"] in ("finish", "release") and c.get("ok") is None for c in att.calls):
         return True
     proc = model.proc(att.pid)
     killed: Optional[int] = None if proc is None else proc.killed_ns
-    return killed is not None and killed >= (att.won_t0 or 0)
+    termed: Optional[int] = None if proc is None else proc.termed_ns
+    won_while_stopping = released and termed is not None and termed <= (att.won_t1 or 0)
+    return (killed is not None and killed >= (att.won_t0 or 0)) or won_while_stopping
