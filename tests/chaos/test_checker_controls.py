@@ -252,7 +252,7 @@ def test_a_stored_attempt_the_nemesis_explains(
 
 
 def test_a_finish_without_its_line_is_reported_also_when_won_after_sigterm(tmp_path: Path) -> None:
-    """A run won after its runner got SIGTERM is only ever released: stored success without a finish line is reported."""
+    """A run won after its runner got SIGTERM is only released: stored success without a finish line is reported."""
     sim, h = start(tmp_path)
     h.stored_8000[0].update({"outcome": "success"})
     sim.nemesis("term", 7990, "B")
