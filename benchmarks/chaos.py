@@ -1,16 +1,19 @@
 """Chaos run: N real instances on one store, a seeded nemesis, and a checker's verdict.
 
-    python benchmarks/chaos.py --store sqlite|redis|valkey|postgresql [--minutes 3]
-                               [--seed N] [--instances 5] [--workdir DIR]
+    python benchmarks/chaos.py --store sqlite|redis|valkey|postgresql|redis-sentinel|valkey-sentinel
+                               [--minutes 3] [--seed N] [--instances 5] [--workdir DIR]
                                [--lease-ms 2000] [--heartbeat-ms 500]
 
 It starts its own store server on 127.0.0.1 (Redis/Valkey with an append-only
-file fsynced on every write, a PostgreSQL of its own, or a SQLite file), a
-fault-injecting proxy per instance (server stores), the instances
+file fsynced on every write, a PostgreSQL of its own, or a SQLite file; or, for
+``redis-sentinel`` and ``valkey-sentinel``, a primary, two replicas and three
+Sentinels, reached through Sentinel with ``replicas=2``), a
+fault-injecting proxy per instance (one server), the instances
 (``chaoslib.worker``: five jobs every 1, 2 and 3 s, one with a 1 s timeout that it often
 runs past, one whose tries fail half the time and are retried twice), and the nemesis: SIGKILL,
 SIGSTOP/SIGCONT, SIGTERM hand-overs, store crashes and restarts (SQLite: a
-frozen lock holder, a writer killed mid-transaction), per-instance stalls,
+frozen lock holder, a writer killed mid-transaction; a replicated store: failovers
+after a ``kill -9`` or a long SIGSTOP of the primary, and a replica cut off), per-instance stalls,
 latency and connection resets, and partitions of every instance from the store
 (delaying or dropping); and an operator (``chaoslib.controls``) that pauses, resumes
 and triggers the jobs through the store at random (the instances poll for

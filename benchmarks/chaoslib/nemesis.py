@@ -15,8 +15,14 @@ those the backend supports and applies it:
   started again. SQLite has no server: a locker process takes the file's write
   lock (``BEGIN IMMEDIATE``), is frozen (SIGSTOP) 0.5–3 s, continued, and rolls
   back (``how: sqlite-lock``); or a writer process is SIGKILLed in the middle
-  of a large transaction (``how: sqlite-writer-killed``).
-* Through an instance's own proxy (server stores only): ``stall`` 0.5–6 s, then
+  of a large transaction (``how: sqlite-writer-killed``). A replicated Redis or
+  Valkey (a primary, two replicas, three Sentinels) gets failovers instead
+  (:mod:`chaoslib.failover`): ``kill -9`` or a long SIGSTOP of the primary until
+  the Sentinels promote a replica, or a replica frozen a while; each is logged
+  once the topology settled again, as ``failover`` or ``replica-cut``. There
+  the first action is a failover (``store_first``), so every run has one; a
+  store fault waits until the store is ``ready`` for one.
+* Through an instance's own proxy (proxied server stores only): ``stall`` 0.5–6 s, then
   ``unstall``; ``latency`` 50–300 ms for 2–5 s, then ``latency`` 0; ``reset``
   every connection.
 * ``clock-step`` (Valkey under libfaketime, :class:`chaoslib.clock.SteppableClock`):
@@ -24,7 +30,7 @@ those the backend supports and applies it:
   back (``clock-back``). A forward step ends live leases early (a backup takes
   over a runner that is alive; its next heartbeat is refused); a backward one
   keeps them alive longer and makes claims look early or less late.
-* A partition (server stores only): every proxy at once, for 2–5 s, either
+* A partition (proxied server stores only): every proxy at once, for 2–5 s, either
   stalls (what was sent arrives when it ends: requests the clients gave up on
   still run) or drops everything (``blackhole``; the connections are reset when
   it ends). Logged as a ``stall`` and an ``unstall`` line with ``runner`` null,
@@ -157,6 +163,9 @@ class StoreFaults(Protocol):
     def hows(self) -> List[str]:
         """The kinds of store fault this backend supports (each a ``how``)."""
 
+    def ready(self, budget_s: float) -> bool:
+        """Whether a store fault may begin now, ``budget_s`` before the quiet end."""
+
     def apply(self, how: str, rng: random.Random, budget_s: float, nemesis: "Nemesis") -> None:
         """Apply one fault of kind ``how`` (logging it through ``nemesis``); heal it within ``budget_s``."""
 
@@ -181,6 +190,10 @@ class ServerRestarter:
     def hows(self) -> List[str]:
         """The one crash this server gets: ``kill-9`` or ``immediate``."""
         return [self.how]
+
+    def ready(self, budget_s: float) -> bool:
+        """Always: a restart is over before the nemesis acts again."""
+        return True
 
     def apply(self, how: str, rng: random.Random, budget_s: float, nemesis: "Nemesis") -> None:
         """Crash the server and start it again; logged with the time of the crash and the downtime."""
@@ -238,6 +251,10 @@ class SQLiteFaults:
     def hows(self) -> List[str]:
         """A frozen lock holder, or a writer killed mid-transaction."""
         return ["sqlite-lock", "sqlite-writer-killed"]
+
+    def ready(self, budget_s: float) -> bool:
+        """Always: a second lock holder waits for the first (and is skipped if it cannot get the lock)."""
+        return True
 
     def _spawn(self, script: str, ready: str) -> "subprocess.Popen[str]":
         """Start a helper process on the database and wait until it printed ``ready`` (RuntimeError if not)."""
@@ -325,6 +342,7 @@ class Nemesis(threading.Thread):
         quiet_at: float,
         proxies: bool,
         clock: Optional["SteppableClock"] = None,
+        store_first: bool = False,
     ) -> None:
         super().__init__(name="nemesis", daemon=True)
         self.instances = {inst.runner: inst for inst in instances}
@@ -346,6 +364,8 @@ class Nemesis(threading.Thread):
         self.partitioned = False
         #: The steps that failed (and were skipped), as text.
         self.failures: List[str] = []
+        #: Whether the first action is a store fault (when the store is ready for one).
+        self._store_next = store_first
         self._halt = threading.Event()
         self._pending: List[Tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -411,7 +431,8 @@ class Nemesis(threading.Thread):
         can_down = down < self.max_down and bool(free)
         frozen = any(f == "stop" for f in self.faults.values())
         choices: List[Tuple[str, float]] = []
-        if not (frozen and self.store.needs_unfrozen_instances):
+        store_ready = not (frozen and self.store.needs_unfrozen_instances) and self.store.ready(budget)
+        if store_ready:
             choices.append(("store-restart", self.store.weight))
         if can_down:
             choices += [("kill", 3.0), ("stop", 3.0)]
@@ -427,8 +448,9 @@ class Nemesis(threading.Thread):
             choices.append(("clock-step", 1.0))
         if not choices:
             return
+        first, self._store_next = self._store_next and store_ready, False
         names = [c[0] for c in choices]
-        action = self.rng.choices(names, weights=[c[1] for c in choices])[0]
+        action = "store-restart" if first else self.rng.choices(names, weights=[c[1] for c in choices])[0]
         if action == "store-restart":
             how = self.rng.choice(self.store.hows())
             self.store.apply(how, self.rng, budget, self)

@@ -62,12 +62,15 @@ def summarize(
         "resets": counts.get("reset", 0),
         "store_restarts": counts.get("store-restart", 0),
         "clock_steps": counts.get("clock-step", 0),
+        "failovers": counts.get("failover", 0),
+        "replica_cuts": counts.get("replica-cut", 0),
         "skews_ms": {w.runner: w.skew[0] for w in workers if w.skew is not None},
         "incarnations": sum(w.incarnations for w in workers),
         "operator": dict(operator.counts),
         "violations": {name: len(inv.violations) for name, inv in report.invariants.items()},
         "takeover_ms": _delays(report.takeover),
         "handover_ms": _delays(report.handover),
+        "failover_ms": {name: _delays(Delays(0, ms)) for name, ms in report.failover_ms.items()},
         "unexpected_exits": unexpected,
         "unclean_stops": unclean,
         "nemesis_failures": list(nemesis.failures),
@@ -88,7 +91,9 @@ def format_summary(summary: Dict[str, Any]) -> str:
         f" stalls {summary['stalls']}, partitions {summary['partitions']}"
         f" ({summary['nemesis'].get('partition:blackhole', 0)} dropping), latency {summary['latencies']},"
         f" resets {summary['resets']},"
-        f" store restarts {summary['store_restarts']}, store clock steps {summary['clock_steps']}"
+        f" store restarts {summary['store_restarts']}, store clock steps {summary['clock_steps']},"
+        f" failovers {summary['failovers']} ({summary['nemesis'].get('failover:kill', 0)} after kill -9,"
+        f" {summary['nemesis'].get('failover:stop', 0)} after SIGSTOP), replicas cut {summary['replica_cuts']}"
         + "".join(
             f", {k} {v}"
             for k, v in sorted(summary["nemesis"].items())
@@ -105,6 +110,9 @@ def format_summary(summary: Dict[str, Any]) -> str:
             f"{name[:-3]}: n={d['n']} p50={d['p50']} p95={d['p95']} p99={d['p99']} max={d['max']} ms"
             f" (bound {d['bound']} ms, {d['excused']} excused)"
         )
+    for name, d in summary["failover_ms"].items():
+        if d["n"]:
+            lines.append(f"after a primary kill, {name.replace('_', ' ')}: n={d['n']} p50={d['p50']} max={d['max']} ms")
     if summary["unexpected_exits"]:
         lines.append(f"instances that exited on their own: {summary['unexpected_exits']}")
     if summary["unclean_stops"]:

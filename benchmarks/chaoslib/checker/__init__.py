@@ -157,8 +157,13 @@ a store or network fault, of one runner when the line names it, else of all:
 ``heal``, ``latency`` until ``unlatency``/``heal`` or a ``latency`` line
 whose ``ms`` is 0, ``clock-step`` (the store's clock jumped by ``offset_ms``)
 until ``clock-back``; any other action (``reset``, ``store-restart`` stamped at
-the crash) lasts its ``duration_ms``, if given. A fault's effects are taken
-to last ``lease + 2 x heartbeat`` after it ends.
+the crash, and on a replicated store ``failover`` and ``replica-cut``, stamped at
+the kill or SIGSTOP and lasting until the topology settled) lasts its
+``duration_ms``, if given. A fault's effects are taken to last ``lease + 2 x
+heartbeat`` after it ends. The report counts failovers among the faults, and
+after each ``kill -9`` of a primary (``failover``, ``how: kill``) measures the
+delays until the promotion, the next handler start, the next takeover and the
+settled topology (:attr:`Report.failover_ms`).
 """
 
 from __future__ import annotations
@@ -192,7 +197,7 @@ from .safety import (
     check_tokens,
 )
 from .sink import check_sink
-from .timing import check_delays, check_not_late, check_skip, check_timing
+from .timing import check_delays, check_not_late, check_skip, check_timing, failover_delays
 from .tries import check_outcome, check_timeout, check_tries, tries_effects
 
 __all__ = [
@@ -227,6 +232,8 @@ def _effects(model: Model) -> Dict[str, int]:
         "stops": actions.count("stop"),
         "terms": actions.count("term"),
         "store_restarts": actions.count("store-restart"),
+        "failovers": actions.count("failover"),
+        "replica_cuts": actions.count("replica-cut"),
         "stalls": actions.count("stall"),
         "frozen_writers": len(model.frozen_writers),
         "paused_claims": sum(1 for c in model.claims if c.get("outcome") == "paused"),
@@ -284,6 +291,7 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
         overlap_bound_ms=b.overlap_ms,
         margin_ms=config.margin_ms,
         notes=_notes(model, config),
+        failover_ms=failover_delays(model),
     )
 
 

@@ -192,6 +192,9 @@ class Report:
     overlap_bound_ms: float
     margin_ms: int
     notes: List[str] = dataclasses.field(default_factory=list)
+    #: After each ``kill -9`` of a replicated store's primary: ms until each figure of
+    #: :data:`~chaoslib.checker.timing.FAILOVER_FIGURES` (empty on other stores).
+    failover_ms: Dict[str, List[float]] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -244,6 +247,10 @@ class Report:
         out.append("effects: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in self.effects.items()))
         out.append(f"takeover delay: {self.takeover.summary()}")
         out.append(f"hand-over delay: {self.handover.summary()}")
+        if any(self.failover_ms.values()):
+            figures = ", ".join(f"{name.replace('_', ' ')} {Delays(0, ms).summary().split(' (bound')[0]}"
+                                for name, ms in self.failover_ms.items())  # fmt: skip
+            out.append(f"after a primary kill: {figures}")
         out.append(
             f"round trip p99 {self.rtt_p99_ms:.1f} ms; overlap bound {self.overlap_bound_ms:.0f} ms;"
             f" scheduling margin {self.margin_ms} ms"

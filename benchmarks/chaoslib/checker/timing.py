@@ -217,3 +217,38 @@ def check_delays(model: Model, action: str, delays: Delays, inv: InvariantResult
                         f"{att.label()}: {action} -> {nxt.label()} began after {fmt_ms(delay)}"
                         f" (bound {delays.bound_ms:.0f} ms)"
                     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Failovers of a replicated store
+# ---------------------------------------------------------------------------------------------
+
+#: The figures of :func:`failover_delays`, in report order, with what each measures.
+FAILOVER_FIGURES = {
+    "promoted": "a Sentinel names the new primary",
+    "next_start": "the next handler starts (any slot, any attempt)",
+    "takeover": "a backup starts a run taken over (reason takeover)",
+    "settled": "every replica follows the new primary again",
+}
+
+
+def failover_delays(model: Model) -> Dict[str, List[float]]:
+    """After each ``kill -9`` of the primary (a ``failover`` line with ``how: kill``), the ms until
+    each of :data:`FAILOVER_FIGURES` (no sample when it never came before the logs end)."""
+    starts = sorted(((a.start["mono_ns"], a) for a in model.attempts.values() if a.start is not None),
+                    key=lambda s: s[0])  # fmt: skip
+    times = [t for t, _ in starts]
+    out: Dict[str, List[float]] = {name: [] for name in FAILOVER_FIGURES}
+    for n in model.nemesis:
+        if n.get("action") != "failover" or n.get("how") != "kill":
+            continue
+        t = n["mono_ns"]
+        for name, field in (("promoted", "promoted_ms"), ("settled", "duration_ms")):
+            if isinstance(n.get(field), (int, float)):
+                out[name].append(float(n[field]))
+        later = starts[bisect.bisect_right(times, t) :]
+        taken = [(s, a) for s, a in later if a.start is not None and a.start.get("reason") == "takeover"]
+        for name, first in (("next_start", later[:1]), ("takeover", taken[:1])):
+            if first:
+                out[name].append((first[0][0] - t) / NS)
+    return out
