@@ -1,0 +1,174 @@
+"""The chaos checker on a real failover of a replicated Redis (a primary, two replicas, three
+Sentinels; tests/replicated.py): it catches the duplicate run that ``replicas=N`` prevents.
+
+The forced case, the same both ways: both replicas are frozen (SIGSTOP) and the primary drops
+their connections, so nothing it writes reaches them; instance ``a`` claims a slot; the primary
+is killed (``kill -9``), the replicas wake up and the Sentinels promote one, which never saw the
+claim; the old primary rejoins as a replica; instance ``b`` claims the same slot, and ``a`` sends
+its claim again with its token (rule 2). Every call goes through the chaos harness's
+:class:`RecordingStore`, the failover is a ``failover`` line of ``nemesis.jsonl`` as the nemesis
+writes it, and the checker judges the logs and the store's records. With ``replicas=0`` the
+primary acknowledged ``a``'s claim: ``a`` and ``b`` both won attempt 1, and the checker reports
+the slot run twice. With ``replicas=2`` the claim was refused (no replica confirmed it), ``a``
+never believed it, and the checker finds nothing.
+
+Before them, on synthetic logs (:mod:`tests.chaos.sim`): a ``failover`` line is a store fault
+of every runner for its ``duration_ms``, counted among the faults, and after a ``kill -9`` of
+the primary the checker measures the promotion, the next handler start and the next takeover.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple, TypeVar
+
+import pytest
+
+import leasecron
+from chaoslib.checker import Config, Report, check
+from chaoslib.nemesis import NemesisLog
+from chaoslib.recording import Recorder, RecordingStore
+from leasecron import Claim, StoreUnavailable
+from tests.conftest import required_binary
+from tests.replicated import Replicated
+
+from .sim import assert_violates, ns, start
+
+pytestmark = pytest.mark.timeout(120)
+
+#: The job claimed: every 2 s, overlap allowed (no other slot decides its claims).
+JOB = "long2"
+LEASE_MS = 2_000
+T = TypeVar("T")
+
+
+def _until(call: Callable[[], T], timeout: float = 30.0) -> T:
+    """``call()`` again until it does not raise StoreUnavailable (the engine's retries)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_a_failover_is_counted_and_excuses_a_slow_takeover_as_a_store_fault(tmp_path: Path) -> None:
+    """A failover while a killed runner's run waits for its takeover: the slow takeover is excused
+    (the writes could not be confirmed), the failover counted, and the delays after the kill measured."""
+    sim, h = start(tmp_path)
+    h.b_run_2000.start["mono_ns"] = ns(6600)
+    sim.nemesis("failover", 3500, how="kill", port=1, new_port=2, promoted_ms=2100, duration_ms=2500)
+    report = sim.check()
+    assert report.invariants["takeover_delay"].violations == [] and report.takeover.excused == 1
+    assert (report.effects["failovers"], report.effects["replica_cuts"]) == (1, 0)
+    assert report.failover_ms["promoted"] == [2100] and report.failover_ms["settled"] == [2500]
+    assert report.failover_ms["takeover"] == [3100]  # B's takeover of long2@2000 at 6600
+    assert report.failover_ms["next_start"][0] <= 3100
+
+
+def test_without_the_failover_the_same_takeover_is_too_slow(tmp_path: Path) -> None:
+    """The counterpart: the same takeover with a replica cut only after it is a violation."""
+    sim, h = start(tmp_path)
+    h.b_run_2000.start["mono_ns"] = ns(6600)
+    sim.nemesis("replica-cut", 7000, port=1, duration_ms=200)
+    report = sim.check()
+    assert_violates(report, "takeover_delay", "began after 3500 ms")
+    assert (report.effects["failovers"], report.effects["replica_cuts"]) == (0, 1)
+
+
+def _instance(topology: Replicated, logs: Path, runner: str, replicas: int) -> Tuple[RecordingStore, Recorder]:
+    """An instance's store as the chaos harness gives it one: every call logged to ``<runner>.jsonl``."""
+    query = f"prefix=chaos&replicas={replicas}&replica_wait_ms=200&socket_timeout=1&socket_connect_timeout=1"
+    recorder = Recorder(logs / f"{runner}.jsonl", runner)
+    recorder.log("ready", store="redis+sentinel", lease_ms=LEASE_MS)
+    recorder.log("running")
+    return RecordingStore(leasecron.open_store(topology.url(query=query)), recorder), recorder
+
+
+def _freeze_replicas_and_cut_them_off(topology: Replicated) -> List[int]:
+    """SIGSTOP both replicas, then drop their connections on the primary: what it writes next
+    reaches no replica (a frozen replica would read it from its socket once woken). Their pids."""
+    primary = topology.primary()
+    pids = [s._process.pid for s in topology.servers if s is not primary and s._process is not None]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    with primary.client(socket_timeout=2.0) as client:
+        assert client.client_kill_filter(_type="replica") == len(pids)
+    return pids
+
+
+def _next_slot(store: RecordingStore) -> int:
+    """Sleep until the job's next slot falls due on the store's clock; the slot."""
+    now = store.now_ms()
+    slot = (now // 2_000 + 1) * 2_000
+    time.sleep((slot - now) / 1000)
+    return slot
+
+
+def _forced_failover(tmp_path: Path, replicas: int) -> Tuple[Report, Dict[str, object]]:
+    """The sequence of the module docstring with ``replicas``: the checker's report and each claim's answer."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    answers: Dict[str, object] = {}
+    with Replicated(required_binary("redis"), tmp_path / "redis") as topology:
+        a, rec_a = _instance(topology, logs, "a", replicas)
+        b, rec_b = _instance(topology, logs, "b", replicas)
+        nemesis = NemesisLog(logs / "nemesis.jsonl")
+        try:
+            slot = _next_slot(a)
+            frozen = _freeze_replicas_and_cut_them_off(topology)
+            claim: Dict[str, object] = {"runner": "a", "token": "token-a", "lease_ms": LEASE_MS, "overlap": "allow"}
+            try:
+                answers["a"] = a.claim(JOB, slot, **claim).outcome  # type: ignore[arg-type]
+            except StoreUnavailable as exc:
+                answers["a"] = exc
+            at = (time.time_ns(), time.monotonic_ns())
+            old = topology.kill_primary()
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            new = topology.wait_failover(old)
+            promoted_ms = (time.monotonic_ns() - at[1]) // 1_000_000
+            topology.rejoin(old)
+            topology.wait_settled(time.monotonic() + 30)
+            nemesis.write("failover", at=at, how="kill", port=old.port, new_port=new.port, promoted_ms=promoted_ms,
+                          duration_ms=(time.monotonic_ns() - at[1]) // 1_000_000)  # fmt: skip
+            won: Claim = _until(lambda: b.claim(JOB, slot, runner="b", token="token-b", lease_ms=LEASE_MS))
+            answers["b"] = won.outcome
+            answers["a again"] = _until(lambda: a.claim(JOB, slot, **claim)).outcome  # type: ignore[arg-type]
+            assert _until(lambda: b.finish(JOB, slot, "token-b", "success"))
+            final = {JOB: [run.to_dict() for run in b.runs(JOB, limit=100)]}
+        finally:
+            for store, recorder in ((a, rec_a), (b, rec_b)):
+                store.close()
+                recorder.close()
+            nemesis.close()
+    return check(logs, final, Config(lease_ms=LEASE_MS)), answers
+
+
+def test_with_replicas_0_the_checker_reports_the_slot_run_twice(tmp_path: Path) -> None:
+    """replicas=0: the primary acknowledged a's claim and died before a replica had it; b won the
+    same slot's attempt 1 on the promoted replica: the checker reports attempt 1 won twice, and
+    a's attempt missing from the store's record."""
+    report, answers = _forced_failover(tmp_path, replicas=0)
+    assert answers == {"a": "won", "b": "won", "a again": "running"}, answers
+    duplicates = report.invariants["attempts_sequential"].violations
+    assert any(f"{JOB}@" in v and "attempt 1 won 2 times" in v for v in duplicates), report.format_table()
+    lost = report.invariants["record_last_token"].violations
+    assert any("record holds attempt 1 token token-b" in v and "token token-a" in v for v in lost), lost
+    assert report.effects["failovers"] == 1
+
+
+def test_with_replicas_2_the_same_failover_yields_no_violation(tmp_path: Path) -> None:
+    """replicas=2: no replica confirmed a's claim, so it raised and a never acted on it; b won the
+    slot once after the failover, a's retry was answered running: no invariant is violated."""
+    report, answers = _forced_failover(tmp_path, replicas=2)
+    assert isinstance(answers["a"], StoreUnavailable) and "reached 0 of the 2 replicas" in str(answers["a"])
+    assert (answers["b"], answers["a again"]) == ("won", "running"), answers
+    assert report.ok, report.format_table()
+    assert report.invariants["attempts_sequential"].checked == 1
+    assert report.effects["failovers"] == 1
