@@ -58,6 +58,10 @@ The invariants (names as in :attr:`Report.invariants`):
                          of attempts. A run still ``running`` is counted as live
                          at the end when its runner was still at it, or no
                          instance could have taken it over before the logs end.
+                         On a replicated store, a slot without a record whose
+                         claims were answered ``running`` about a run nobody
+                         logged winning ends ``unconfirmed, lost in a failover``
+                         when a failover may have discarded that run's write.
 ``dead_runners_only``    attempt k+1 follows only a runner that was killed, frozen,
                          terminated, cut off by a store/network fault, or whose
                          own lines show a failed or refused call, ``lost`` or a

@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 from .bounds import Bounds, fmt_ms
 from .model import Attempt, Model, Slot
-from .report import NS, InvariantResult, JobConfig
+from .report import LATE_TOLERANCE_MS, NS, InvariantResult, JobConfig
 
 
 def end_state(model: Model, slot: Slot, b: Bounds) -> Tuple[Optional[str], Optional[str]]:
@@ -37,7 +37,41 @@ def end_state(model: Model, slot: Slot, b: Bounds) -> Tuple[Optional[str], Optio
         return "skipped while paused", None
     if not reached:
         return "unreached", None
+    if _lost_unconfirmed(model, slot):
+        return LOST_UNCONFIRMED, None
     return None, f"no record, and the claims were answered {sorted(str(o) for o in reached)}"
+
+
+#: The end state of a slot whose only run was a claim's unconfirmed write that a failover discarded.
+LOST_UNCONFIRMED = "unconfirmed, lost in a failover"
+
+
+def _lost_unconfirmed(model: Model, slot: Slot) -> bool:
+    """Whether the run that claims of ``slot`` were answered ``running`` about, and that the store
+    no longer holds, may have been a claim's write that no replica confirmed, discarded by a failover.
+
+    A replicated store answers what wrote nothing (``running``) from its primary, unconfirmed writes
+    included, and a failover loses those: so when no instance logged winning the run (its token is
+    no logged winner's), a claim of the slot got no answer or a process was killed (the run's
+    claim, never acknowledged), and a failover was under way or began soon after those answers,
+    nobody started that run and the slot has simply not run. Any answered ``won`` keeps its violation."""
+    won = {a.token for atts in slot.attempts.values() for a in atts if a.won is not None}
+    seen = [c for c in slot.claims if c.get("outcome") == "running" and c.get("run_slot_ms") == slot.slot_ms]
+    if not seen or any(c.get("token") in won for c in seen):
+        return False
+    sent = min(c["t0_mono_ns"] for c in seen)
+    answered = max(c["t1_mono_ns"] for c in seen)
+    window = (model.config.max_late_ms + LATE_TOLERANCE_MS) * NS  # how long before a claim of the slot may be sent
+    unacknowledged = any(c.get("outcome") is None for c in slot.claims) or model.nemesis_in(
+        {"kill"}, sent - window, answered
+    )
+    failovers = [n for n in model.nemesis if n.get("action") == "failover"]
+    # the write is lost when the primary that holds it fails before a replica has it: the failover
+    # begins around the answers (a kill just after them; a freeze before, the write done on waking)
+    return unacknowledged and any(
+        n["mono_ns"] <= answered + model.settle_ns() and n["mono_ns"] + int(n.get("duration_ms") or 0) * NS >= sent
+        for n in failovers
+    )
 
 
 def _manual_none(claim: dict) -> bool:

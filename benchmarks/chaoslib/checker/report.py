@@ -100,6 +100,7 @@ END_STATES = (
     "skipped while paused",
     "interrupted by a newer slot",
     "out of attempts",
+    "unconfirmed, lost in a failover",
     "running at end",
     "unreached",
 )

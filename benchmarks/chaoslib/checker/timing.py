@@ -226,8 +226,8 @@ def check_delays(model: Model, action: str, delays: Delays, inv: InvariantResult
 #: The figures of :func:`failover_delays`, in report order, with what each measures.
 FAILOVER_FIGURES = {
     "promoted": "a Sentinel names the new primary",
-    "next_start": "the next handler starts (any slot, any attempt)",
-    "takeover": "a backup starts a run taken over (reason takeover)",
+    "next_start": "the next slot starts (the first handler of an attempt 1 that begins after the kill)",
+    "takeover": "each run live at the kill (its handler working) starts its next attempt (one sample per run)",
     "settled": "every replica follows the new primary again",
 }
 
@@ -235,9 +235,7 @@ FAILOVER_FIGURES = {
 def failover_delays(model: Model) -> Dict[str, List[float]]:
     """After each ``kill -9`` of the primary (a ``failover`` line with ``how: kill``), the ms until
     each of :data:`FAILOVER_FIGURES` (no sample when it never came before the logs end)."""
-    starts = sorted(((a.start["mono_ns"], a) for a in model.attempts.values() if a.start is not None),
-                    key=lambda s: s[0])  # fmt: skip
-    times = [t for t, _ in starts]
+    firsts = sorted(a.start["mono_ns"] for a in model.attempts.values() if a.start is not None and a.attempt == 1)
     out: Dict[str, List[float]] = {name: [] for name in FAILOVER_FIGURES}
     for n in model.nemesis:
         if n.get("action") != "failover" or n.get("how") != "kill":
@@ -246,9 +244,12 @@ def failover_delays(model: Model) -> Dict[str, List[float]]:
         for name, field in (("promoted", "promoted_ms"), ("settled", "duration_ms")):
             if isinstance(n.get(field), (int, float)):
                 out[name].append(float(n[field]))
-        later = starts[bisect.bisect_right(times, t) :]
-        taken = [(s, a) for s, a in later if a.start is not None and a.start.get("reason") == "takeover"]
-        for name, first in (("next_start", later[:1]), ("takeover", taken[:1])):
-            if first:
-                out[name].append((first[0][0] - t) / NS)
+        later = firsts[bisect.bisect_right(firsts, t) :]
+        if later:
+            out["next_start"].append((later[0] - t) / NS)
+        for pid in model.procs:
+            for att in _live_at(model, pid, t):
+                nxt = _next_start(model, att, t)
+                if nxt is not None and nxt.start is not None:
+                    out["takeover"].append((nxt.start["mono_ns"] - t) / NS)
     return out
