@@ -48,10 +48,6 @@ class Roster:
         """Whether the instance stops."""
         return self._stopping
 
-    def active(self, job: Job) -> bool:
-        """Whether ``job`` is scheduled here: not removed, nor replaced by a job registered again."""
-        return self._jobs.get(job.name) is job
-
     def may_claim(self, job: Job) -> bool:
         """Whether a claim of ``job`` may be sent now: scheduled here, and the instance not stopping."""
         return not self._stopping and self._jobs.get(job.name) is job

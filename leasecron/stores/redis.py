@@ -177,46 +177,41 @@ class RedisStore(Store):
             log.warning("leasecron: %s", exc)
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        return self._written("heartbeat", job, slot_ms, token, lease_ms)
+        return bool(self._confirmed("heartbeat", job, slot_ms, token, lease_ms))
 
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         args: Tuple[Union[str, int], ...] = (slot_ms, token, status)
         if error is not None:
             args += (error,)
-        return self._written("finish", job, *args)
+        return bool(self._confirmed("finish", job, *args))
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
-        return self._written("release", job, slot_ms, token)
+        return bool(self._confirmed("release", job, slot_ms, token))
 
-    def _written(self, name: str, job: str, *args: Union[str, int]) -> bool:
-        """The script ``name`` whose reply says whether it wrote (rule 22 for that write)."""
+    def _confirmed(self, name: str, job: str, *args: Union[str, int], always: bool = False) -> Any:
+        """The reply of the script ``name``, once the replicas hold what it wrote (rule 22): it wrote
+        when its reply is true (a renewal, a finish, a release), or ``always`` (the controls)."""
         reply, acks = self._calls.write(name, job, *args)
-        self._calls.confirm(acks, bool(reply), f"{name} of {job!r}")
-        return bool(reply)
+        self._calls.confirm(acks, always or bool(reply), f"{name} of {job!r}")
+        return reply
 
     def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
         self._calls.call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
         args: Tuple[str, ...] = ("pause", by) if note is None else ("pause", by, note)
-        return read_state(job, self._always_written("pause", job, *args))
+        return read_state(job, self._confirmed("pause", job, *args, always=True))
 
     def _resume(self, job: str, by: str) -> JobState:
-        return read_state(job, self._always_written("pause", job, "resume", by))
+        return read_state(job, self._confirmed("pause", job, "resume", by, always=True))
 
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
         self._calls.call(f"registering job {job!r}", self.client.sadd, self._controlled_key, job)
-        slot, expires = (int(text(value)) for value in self._always_written("request", job, by, max_late_ms))
+        slot, expires = (int(text(value)) for value in self._confirmed("request", job, by, max_late_ms, always=True))
         doing = (
             f"indexing the request of {job!r} at {slot} (it is stored, but no instance will find it:"
             " it expires without a run; ask again)"
         )
         self._calls.index(doing, "add", index_member(job, slot, by), expires, write=True)
         return ManualRequest(job, slot, by, expires, RequestState.PENDING)
-
-    def _always_written(self, name: str, job: str, *args: Union[str, int]) -> Any:
-        """The reply of the script ``name``, which always writes, once the replicas hold it (rule 22)."""
-        reply, acks = self._calls.write(name, job, *args)
-        self._calls.confirm(acks, True, f"{name} of {job!r}")
-        return reply
 
     # -- the contract's reads (arguments checked by StoreReads) --------------------------
 
