@@ -289,14 +289,46 @@ class PgServer(ServerProcess):
             time.sleep(POLL_INTERVAL)
         return True
 
+    def processes(self) -> List[int]:
+        """The postmaster's pid and its children's (each a process group of its own: a backend, the
+        walreceiver, the checkpointer...), read from ``/proc``; empty when it is not running."""
+        if self._process is None or self._process.poll() is not None:
+            return []
+        postmaster = self._process.pid
+        children = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat_line = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat_line.rsplit(")", 1)[1].split()[1]) == postmaster:
+                children.append(int(entry.name))
+        return [postmaster, *children]
+
+    def _signal_all(self, signum: int) -> None:
+        for pid in self.processes():
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster and every process of it, as a frozen host would be (a backend
+        keeps its socket: clients see no answer, not a reset)."""
+        self._signal_all(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT every process :meth:`freeze` stopped."""
+        self._signal_all(signal.SIGCONT)
+
     def kill(self) -> None:
-        """Crash the server: SIGKILL to the postmaster and every process of it, and wait until they are gone."""
+        """Crash the server: SIGKILL to the postmaster and every process of it at once (no backend
+        finishes a statement after the crash), and wait until they are gone."""
         if self._process is None:
             return
-        try:
-            os.killpg(self._process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self._signal_all(signal.SIGKILL)
         self._process.wait(timeout=STOP_TIMEOUT)
         if not self._wait_group_gone(time.monotonic() + STOP_TIMEOUT):
             raise RuntimeError(f"processes of PostgreSQL {self._process.pid} survived SIGKILL")

@@ -32,6 +32,7 @@ __all__ = [
     "Pool",
     "pooled_cursor",
     "store_error",
+    "unconfirmed",
     "wait",
     "with_defaults",
 ]
@@ -190,6 +191,8 @@ class Cursor:
         self._cursor.execute(sql, params)
         if self.connection.async_:
             wait(self._psycopg2, self.connection, self._timeout_s, self._doing)
+        if self.connection.notices:
+            unconfirmed(self.connection.notices, self._doing)
 
     @property
     def description(self) -> Any:
@@ -203,6 +206,25 @@ class Cursor:
     def fetchall(self) -> List[Any]:
         """The remaining rows of the last statement's result."""
         return list(self._cursor.fetchall())
+
+
+#: What the server says when it stopped waiting for the synchronous standbys of a commit it
+#: already made locally (a ``statement_timeout``, a cancel): the answer comes back as success.
+_SYNC_WAIT_CANCELLED = "wait for synchronous replication"
+
+
+def unconfirmed(notices: List[str], doing: str) -> None:
+    """Raise :class:`~leasecron.StoreUnavailable` when one of the connection's ``notices`` says a
+    commit was not confirmed by the synchronous standbys (protocol rule 22: such a write is never
+    acted on; the engine sends it again, as after a Redis ``WAIT`` that fell short). The notices
+    are consumed either way."""
+    said, notices[:] = list(notices), []
+    for notice in said:
+        if _SYNC_WAIT_CANCELLED in notice:
+            raise StoreUnavailable(
+                f"PostgreSQL {doing}: the commit was not confirmed by the synchronous standbys, so a failover"
+                f" could lose it ({notice.strip().splitlines()[0]})"
+            )
 
 
 def wait(psycopg2: Any, conn: Any, timeout_s: float, doing: str, what: str = "the store's timeout") -> None:

@@ -196,7 +196,9 @@ def test_a_standby_refusing_the_write_gives_store_unavailable_and_its_connection
         schema=primary.schema, create=False, timeout=TIMEOUT,
     )  # fmt: skip
     try:
-        wait_for(lambda: on_standby.get_run("job", run.slot_ms) == run, 5)  # reads work on the standby
+        # reads work on the standby, once it replayed the claim (a synchronous commit waits for the
+        # standby's flush, not its replay)
+        wait_for(lambda: _raised(lambda: on_standby.get_run("job", run.slot_ms)) == run, 5)
         assert _backends(pair.standby, name) == 1
         with pytest.raises(StoreUnavailable, match="read-only transaction"):
             on_standby.claim("job", run.slot_ms, runner="r1", token=run.token, lease_ms=60_000)
@@ -257,6 +259,44 @@ def test_a_claim_re_sent_with_its_token_after_the_failover_wins_the_same_attempt
     assert answered - promoted < TIMEOUT and failed == 0
     print(f"\nkill -9 -> claim answered by the promoted standby: {(answered - killed) * 1000:.0f} ms"
           f" (promotion {(promoted - killed) * 1000:.0f} ms of it)")  # fmt: skip
+
+
+def test_a_commit_whose_wait_for_the_standby_was_cancelled_is_not_acted_on(
+    pair: pg_replicas.PgPair, opened: Callable[..., PostgresStore]
+) -> None:
+    """A frozen synchronous standby; an operator cancels the backends waiting for it
+    (``pg_cancel_backend``): the server answers the claim with success and a warning (the commit is
+    local only); the store raises StoreUnavailable instead (rule 22). Once the standby is back the
+    claim re-sent with its token wins the same attempt, and the next write is confirmed as usual."""
+    store = opened()
+    slot = store.now_ms() - 1000
+    token = uuid.uuid4().hex
+    answer: List[Any] = []
+    claiming = threading.Thread(target=lambda: answer.append(_raised(
+        lambda: store.claim("job", slot, runner="r1", token=token, lease_ms=60_000))))  # fmt: skip
+    assert pair.standby is not None
+    pair.standby.freeze()
+    try:
+        claiming.start()
+        waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+        pids = wait_for(lambda: pair.execute(pair.primary, waiting), timeout=TIMEOUT / 2, message="the claim's wait")
+        pair.execute(pair.primary, "SELECT pg_cancel_backend(%s)", pids[0][0])
+        claiming.join(TIMEOUT)
+    finally:
+        pair.standby.thaw()
+    assert isinstance(answer[0], StoreUnavailable), answer
+    assert "not confirmed by the synchronous standbys" in str(answer[0])
+    again, _ = _answered(lambda: store.claim("job", slot, runner="r1", token=token, lease_ms=60_000))
+    assert (again.outcome, again.run.attempt, again.run.token) == ("won", 1, token)
+    assert store.finish("job", slot, token, "success")
+
+
+def _raised(call: Callable[[], Any]) -> Any:
+    """``call()``'s answer, or the exception it raised."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - the test asserts which
+        return exc
 
 
 def test_an_instance_starts_its_slots_on_the_new_primary_after_a_failover(
