@@ -1,19 +1,22 @@
 """Chaos run: N real instances on one store, a seeded nemesis, and a checker's verdict.
 
-    python benchmarks/chaos.py --store sqlite|redis|valkey|postgresql|redis-sentinel|valkey-sentinel
+    python benchmarks/chaos.py --store sqlite|redis|valkey|postgresql|redis-sentinel|valkey-sentinel|postgresql-standby
                                [--minutes 3] [--seed N] [--instances 5] [--workdir DIR]
                                [--lease-ms 2000] [--heartbeat-ms 500]
 
 It starts its own store server on 127.0.0.1 (Redis/Valkey with an append-only
 file fsynced on every write, a PostgreSQL of its own, or a SQLite file; or, for
 ``redis-sentinel`` and ``valkey-sentinel``, a primary, two replicas and three
-Sentinels, reached through Sentinel with ``replicas=2``), a
+Sentinels, reached through Sentinel with ``replicas=2``; for ``postgresql-standby``,
+a primary and a synchronous standby, reached through one multi-host URL), a
 fault-injecting proxy per instance (one server), the instances
 (``chaoslib.worker``: five jobs every 1, 2 and 3 s, one with a 1 s timeout that it often
 runs past, one whose tries fail half the time and are retried twice), and the nemesis: SIGKILL,
 SIGSTOP/SIGCONT, SIGTERM hand-overs, store crashes and restarts (SQLite: a
 frozen lock holder, a writer killed mid-transaction; a replicated store: failovers
-after a ``kill -9`` or a long SIGSTOP of the primary, and a replica cut off), per-instance stalls,
+after a ``kill -9`` or a long SIGSTOP of the primary, and a replica cut off; on
+PostgreSQL the nemesis promotes the standby, fences a frozen old primary and brings it
+back as the standby from a fresh base backup, as a failover tool would), per-instance stalls,
 latency and connection resets, and partitions of every instance from the store
 (delaying or dropping); and an operator (``chaoslib.controls``) that pauses, resumes
 and triggers the jobs through the store at random (the instances poll for

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -146,6 +147,16 @@ class ServerProcess(_Started):
     def kill(self) -> None:
         """Crash the server (SIGKILL) and wait until its process is gone."""
         self._kill_process()
+
+    def freeze(self) -> None:
+        """SIGSTOP the server, as a frozen host would be: it keeps its connections and answers nothing."""
+        if self._process is not None and self._process.poll() is None:
+            os.kill(self._process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the server :meth:`freeze` stopped."""
+        if self._process is not None and self._process.poll() is None:
+            os.kill(self._process.pid, signal.SIGCONT)
 
     def _kill_process(self) -> None:
         if self._process is not None and self._process.poll() is None:

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import random
-import signal
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -46,7 +44,7 @@ if TYPE_CHECKING:
 
     from .nemesis import Nemesis
 
-__all__ = ["FailoverFaults", "HOWS", "MIN_BUDGET_S"]
+__all__ = ["Fault", "FailoverFaults", "HOWS", "MIN_BUDGET_S"]
 
 log = logging.getLogger("chaoslib.failover")
 
@@ -68,13 +66,12 @@ def _stamp() -> Tuple[int, int]:
 
 
 @dataclasses.dataclass
-class _Fault:
+class Fault:
     """One fault in progress: what it is, when it began, the server it hit, what it logs."""
 
     how: str
     at: Tuple[int, int]
     server: "Server"
-    pid: int
     #: The seconds drawn at its start: the rejoin delay, the freeze after promotion, or the cut.
     delay_s: float
     fields: Dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -92,10 +89,14 @@ class FailoverFaults:
     needs_unfrozen_instances = False
     #: A store fault weighs as much as a kill: the failovers are what this store is here for.
     weight = 3.0
+    #: How long before the quiet end a fault may still begin, and how long after a failover began
+    #: the next may (:data:`MIN_BUDGET_S`, :data:`FAILOVER_SPACING_S`).
+    min_budget_s = MIN_BUDGET_S
+    spacing_s = FAILOVER_SPACING_S
 
     def __init__(self, topology: "Replicated") -> None:
         self.topology = topology
-        self._fault: Optional[_Fault] = None
+        self._fault: Optional[Fault] = None
         self._nemesis: Optional["Nemesis"] = None
         self._not_before = 0.0
         self._began = 0
@@ -106,7 +107,7 @@ class FailoverFaults:
 
     def ready(self, budget_s: float) -> bool:
         """Whether no fault is in progress, the Sentinels may fail over again, and ``budget_s`` is enough."""
-        return self._fault is None and time.monotonic() >= self._not_before and budget_s >= MIN_BUDGET_S
+        return self._fault is None and time.monotonic() >= self._not_before and budget_s >= self.min_budget_s
 
     def apply(self, how: str, rng: random.Random, budget_s: float, nemesis: "Nemesis") -> None:
         """Begin fault ``how``; the nemesis thread carries out its next steps and logs it once it ended."""
@@ -121,22 +122,32 @@ class FailoverFaults:
         else:
             server = primary
             delay = rng.uniform(1.0, 5.0) if how == "failover-kill" else rng.uniform(0.5, 3.0)
-        assert server._process is not None
-        pid = server._process.pid
         self._began += 1
         if how == "failover-kill":
-            fault = _Fault(how, _stamp(), server, pid, delay)
+            fault = Fault(how, _stamp(), server, delay)
             server.kill()
         else:
-            os.kill(pid, signal.SIGSTOP)
-            fault = _Fault(how, _stamp(), server, pid, delay)
+            server.freeze()
+            fault = Fault(how, _stamp(), server, delay)
         self._fault = fault
         log.info("nemesis: %s of %s", how, server.port)
         if how == "replica-cut":
             nemesis.schedule(delay, self._cont)
         else:
-            self._not_before = time.monotonic() + FAILOVER_SPACING_S
-            nemesis.schedule(POLL_S, self._await_promotion)
+            self._not_before = time.monotonic() + self.spacing_s
+            self._after_failure(fault, rng, nemesis)
+
+    def _after_failure(self, fault: Fault, rng: random.Random, nemesis: "Nemesis") -> None:
+        """The next step once the primary failed: here the Sentinels promote a replica on their own,
+        so the nemesis watches for it (:meth:`_await_promotion`)."""
+        nemesis.schedule(POLL_S, self._await_promotion)
+
+    @staticmethod
+    def _note_promotion(fault: Fault, port: int) -> None:
+        """Log the promotion of the server on ``port``: its port, and when, since the fault began."""
+        wall_ns, mono_ns = _stamp()
+        fault.fields.update(new_port=port, promoted_ms=fault.ms_since(), promoted_wall_ns=wall_ns,
+                            promoted_mono_ns=mono_ns)  # fmt: skip
 
     # -- the steps, in the nemesis thread ----------------------------------------------------
 
@@ -151,9 +162,7 @@ class FailoverFaults:
             ports = set()
         others = ports - {fault.server.port}
         if others and "new_port" not in fault.fields:
-            wall_ns, mono_ns = _stamp()
-            fault.fields.update(new_port=min(others), promoted_ms=fault.ms_since(), promoted_wall_ns=wall_ns,
-                                promoted_mono_ns=mono_ns)  # fmt: skip
+            self._note_promotion(fault, min(others))
         if len(ports) == 1 and others:
             nemesis.schedule(fault.delay_s, self._rejoin if fault.how == "failover-kill" else self._cont)
         elif time.monotonic() - fault.waiting_since > STEP_TIMEOUT_S:
@@ -186,7 +195,7 @@ class FailoverFaults:
         else:
             nemesis.schedule(POLL_S * 2, self._await_settled)
 
-    def _end(self, fault: _Fault, nemesis: "Nemesis") -> None:
+    def _end(self, fault: Fault, nemesis: "Nemesis") -> None:
         """Log the fault (stamped when it began, lasting until now) and let the next one begin."""
         self._fault = None
         extra = dict(fault.fields)
@@ -210,19 +219,23 @@ class FailoverFaults:
             self.topology.wait_failover(fault.server, timeout=STEP_TIMEOUT_S)
             self._rejoin_now(fault)
         self.topology.wait_settled(time.monotonic() + STEP_TIMEOUT_S)
+        self._end_after_heal(fault, nemesis)
+
+    def _end_after_heal(self, fault: Fault, nemesis: Optional["Nemesis"]) -> None:
+        """Log a fault :meth:`heal` finished (unless the nemesis's log is closed: the run is over)."""
         if nemesis is not None:
             try:
                 self._end(fault, nemesis)
-            except ValueError as exc:  # the nemesis's log is closed: the run is over
+            except ValueError as exc:
                 log.warning("nemesis: %s ended after its log closed: %s", fault.how, exc)
         self._fault = None
 
-    def _rejoin_now(self, fault: _Fault) -> None:
+    def _rejoin_now(self, fault: Fault) -> None:
         self.topology.rejoin(fault.server)
         fault.fields["rejoined_ms"] = fault.ms_since()
         fault.waiting_since = time.monotonic()
 
-    def _cont_now(self, fault: _Fault) -> None:
+    def _cont_now(self, fault: Fault) -> None:
         fault.fields["cont_ms"] = fault.ms_since()
-        os.kill(fault.pid, signal.SIGCONT)
+        fault.server.thaw()
         fault.waiting_since = time.monotonic()

