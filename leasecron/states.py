@@ -23,6 +23,7 @@ __all__ = [
     "AbortReason",
     "LostCause",
     "LiveState",
+    "ScheduleSource",
 ]
 
 
@@ -68,6 +69,7 @@ class Outcome(StrEnum):
     DONE = "done"
     NONE = "none"
     PAUSED = "paused"
+    STALE = "stale"
 
 
 class Reason(StrEnum):
@@ -133,3 +135,13 @@ class LiveState(StrEnum):
     ENDED = "ended"
     LOST = "lost"
     ABANDONED = "abandoned"
+
+
+class ScheduleSource(StrEnum):
+    """Where a job's schedule comes from: the ``code`` (``add_job``; also a job whose stored
+    schedule was reset or deleted), an ``override`` stored by ``reschedule``, or a job ``stored``
+    whole by ``put_job``."""
+
+    CODE = "code"
+    OVERRIDE = "override"
+    STORED = "stored"

@@ -3,7 +3,7 @@
 Each public method checks its arguments once and calls the protected method a backend
 implements, which may trust them (``claim`` and ``claim_one`` call ``_claim`` with a
 :class:`ClaimRequest`, ``heartbeat`` calls ``_heartbeat``, and so on). The docstrings state the
-rules of ``docs/protocol.rst`` with their numbers (1-21); each backend tags the branch that
+rules of ``docs/protocol.rst`` with their numbers (1-24); each backend tags the branch that
 carries out a rule with its number, and ``tests/stores/`` is the contract's executable form.
 ``Store`` extends :class:`~leasecron.stores.reads.StoreReads`, what a reader needs (the clock,
 the reads, ``close``), with the operations that decide.
@@ -12,12 +12,15 @@ the reads, ``close``), with the operations that decide.
 from __future__ import annotations
 
 import abc
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, shown
 from ..compat import old_names_of
 from ..runs import Claim
+from ..schedules import ScheduleSpec
+from ..states import ScheduleSource
+from ..stored import StoredSchedule, check_schedule_fields
 from .claim_request import ClaimRequest
 from ..limits import check_int, check_job_name
 from .checks import check_actor, check_claim, check_finish, check_heartbeat, check_note, check_token
@@ -68,6 +71,7 @@ class Store(StoreReads):
         overlap: str = ClaimRequest.overlap,
         history_size: int = ClaimRequest.history_size,
         token: Optional[str] = None,
+        version: int = ClaimRequest.version,
     ) -> Claim:
         """Ask to run ``job``'s slot ``slot_ms``; decided atomically at ``now``.
 
@@ -117,7 +121,14 @@ class Store(StoreReads):
             of now. A pending request of the job at ``slot_ms`` (rule 19) is
             marked ``claimed``: this run is the one it asked for.
 
-        16. (After rule 7.) A ``schedule`` or ``catch-up`` claim of a paused
+        23. (After rule 7.) ``version`` is the version of the job's stored
+            schedule the claim's slot was computed from (0: the code's, never
+            changed; see :meth:`set_schedule`). A ``schedule`` or
+            ``catch-up`` claim whose ``version`` is older than the job's
+            stored version: ``stale``; nothing is written. A manual claim is
+            not fenced, and a claim of a slot that has a run is decided by
+            rules 1-6 whatever its version (a run that started goes on).
+        16. (After rule 23.) A ``schedule`` or ``catch-up`` claim of a paused
             job: ``paused``; nothing is written.
         17. A ``manual`` claim takes the place of rules 8-10: the job must
             have a request at ``slot_ms`` that is still pending (else
@@ -148,7 +159,7 @@ class Store(StoreReads):
         ever held it before.
         """
         request = ClaimRequest(
-            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token
+            job, slot_ms, runner, reason, lease_ms, max_attempts, max_late_ms, overlap, history_size, token, version
         )
         check_claim(request)  # as claim_one does, without its check of the request's type
         return self._claim(request)
@@ -165,7 +176,7 @@ class Store(StoreReads):
         """Decide many claims in one call: their answers, in the order of ``requests``.
 
         21. Each claim is decided exactly as :meth:`claim` decides it alone
-            (rules 1-12, 16, 17, 20), atomically on the store's clock, one
+            (rules 1-12, 16, 17, 20, 23), atomically on the store's clock, one
             after the other in the order given: a claim sees what an earlier
             claim of the batch wrote. The batch is not one transaction:
             another caller's operation may be decided between two of its
@@ -258,6 +269,41 @@ class Store(StoreReads):
         check_int("max_late_ms", max_late_ms, 0)
         return self._request_run(job, by, max_late_ms)
 
+    def set_schedule(
+        self,
+        job: str,
+        *,
+        by: str,
+        schedule: Optional[ScheduleSpec] = None,
+        tz: Optional[str] = None,
+        task: Optional[str] = None,
+        kwargs: Optional[Mapping[str, Any]] = None,
+        options: Optional[Mapping[str, Any]] = None,
+    ) -> StoredSchedule:
+        """Store ``job``'s schedule, replacing what the store held of it; returns the record.
+
+        24. Atomic, on the store's clock: the job's record becomes an
+            ``override`` (``schedule`` and ``tz``, no ``task``), a ``stored``
+            job (``task``, with its ``kwargs`` and ``options``), or, with no
+            ``schedule``, ``code`` (nothing stored: a reset override or a
+            deleted stored job). Its ``version`` becomes one more than the
+            job's last (1 for its first), ``updated_by`` is ``by`` and
+            ``updated_ms`` is ``now``; the record is kept when it goes back
+            to ``code``, so the version never goes back. From then on a
+            claim from an older version is answered ``stale`` (rule 23), and
+            :meth:`schedule_changes` lists the record.
+
+        Everything is checked before the store is asked (:func:`~leasecron.stored.check_schedule_fields`):
+        the cron string and zone as an instance parses them, the options,
+        and ``kwargs`` that are not a JSON object raise :class:`~leasecron.ConfigError`.
+        """
+        check_actor(by)
+        text, zone, stored_kwargs, stored_options = check_schedule_fields(job, schedule, tz, task, kwargs, options)
+        if text is None:
+            return self._set_schedule(job, by, ScheduleSource.CODE, None, None, None, {}, {})
+        source = ScheduleSource.OVERRIDE if task is None else ScheduleSource.STORED
+        return self._set_schedule(job, by, source, text, zone, task, stored_kwargs, stored_options)
+
     # -- what a backend implements -------------------------------------------------------
     #
     # The arguments are those of the public method, checked: a backend trusts them. A wrapper
@@ -296,6 +342,20 @@ class Store(StoreReads):
     @abc.abstractmethod
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
         """:meth:`request_run`, by rule 19."""
+
+    @abc.abstractmethod
+    def _set_schedule(
+        self,
+        job: str,
+        by: str,
+        source: str,
+        schedule: Optional[str],
+        tz: Optional[str],
+        task: Optional[str],
+        kwargs: Dict[str, Any],
+        options: Dict[str, Any],
+    ) -> StoredSchedule:
+        """:meth:`set_schedule`, by rule 24, with its fields as the store keeps them."""
 
     # -- for leasecron check ---------------------------------------------------------------
 

@@ -82,6 +82,7 @@ def check_claim(request: ClaimRequest) -> None:
     if request.overlap not in OVERLAP_MODES:
         raise ConfigError(f"overlap must be 'skip' or 'allow', not {request.overlap!r}")
     check_int("history_size", request.history_size, 0)
+    check_int("version", request.version, 0)
     token: Optional[object] = request.token
     if token is not None:
         if not isinstance(token, str) or token == "":

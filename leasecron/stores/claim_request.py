@@ -28,3 +28,5 @@ class ClaimRequest:
     overlap: str = DEFAULTS["overlap"]
     history_size: int = DEFAULTS["history_size"]
     token: Optional[str] = None
+    #: The version of the job's stored schedule the slot was computed from (rule 23; 0: the code's).
+    version: int = 0

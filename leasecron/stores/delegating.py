@@ -9,11 +9,12 @@ shows a wrapper.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError
 from ..controls import JobState, ManualRequest
 from ..runs import Claim, Run
+from ..stored import Poll, ScheduleChanges, StoredSchedule
 from .base import ClaimRequest, Store
 
 __all__ = ["DelegatingStore"]
@@ -84,6 +85,32 @@ class DelegatingStore(Store):
     def _pending_requests(self) -> List[ManualRequest]:
         """The inner store's pending requests."""
         return self.inner._pending_requests()
+
+    def _set_schedule(
+        self,
+        job: str,
+        by: str,
+        source: str,
+        schedule: Optional[str],
+        tz: Optional[str],
+        task: Optional[str],
+        kwargs: Dict[str, Any],
+        options: Dict[str, Any],
+    ) -> StoredSchedule:
+        """The inner store's change of a stored schedule."""
+        return self.inner._set_schedule(job, by, source, schedule, tz, task, kwargs, options)
+
+    def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        """The inner store's stored schedule of ``job``."""
+        return self.inner._stored_schedule(job)
+
+    def _schedule_changes(self, since: int) -> ScheduleChanges:
+        """The inner store's schedule changes."""
+        return self.inner._schedule_changes(since)
+
+    def _poll(self, since: int) -> Poll:
+        """The inner store's poll."""
+        return self.inner._poll(since)
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         """The inner store's run of ``job`` at ``slot_ms``."""

@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
 from ..states import RequestState, Status
+from ..stored import ScheduleChanges, StoredSchedule
 from .records import Record
 from .rules import TableStore
 from .table import NewSlot, Table
@@ -34,6 +36,9 @@ class _MemoryTable(Table):
         self._requests: Dict[str, Dict[int, ManualRequest]] = {}
         #: The index of open requests: pending, or claimed (kept until they expire).
         self._pending: Dict[Tuple[int, str], ManualRequest] = {}
+        #: Each job's stored schedule with the cursor it was saved at, the newest change last.
+        self._schedules: "OrderedDict[str, Tuple[int, StoredSchedule]]" = OrderedDict()
+        self._cursor = 0
 
     def get(self, job: str, slot_ms: int) -> Optional[Record]:
         record = self._runs.get(job, {}).get(slot_ms)
@@ -47,7 +52,9 @@ class _MemoryTable(Table):
         scheduled = [s for s, r in self._runs.get(job, {}).items() if not r.manual]
         open_request = self._pending.get((slot_ms, job))
         requested = open_request is not None and open_request.state == RequestState.PENDING
-        return NewSlot(job in self._pauses, max(scheduled) if scheduled else None, requested)
+        stored = self._schedules.get(job)
+        version = stored[1].version if stored is not None else 0
+        return NewSlot(job in self._pauses, max(scheduled) if scheduled else None, requested, version)
 
     def running(self, job: str) -> List[Record]:
         runs = self._runs.get(job, {})
@@ -123,6 +130,23 @@ class _MemoryTable(Table):
         ended = [s for s, r in kept.items() if r.state != RequestState.PENDING or r.expires_ms < now_ms]
         for slot in sorted(ended, reverse=True)[keep:]:
             del kept[slot]
+
+    def schedule(self, job: str) -> Optional[StoredSchedule]:
+        stored = self._schedules.get(job)
+        return None if stored is None else stored[1]
+
+    def save_schedule(self, record: StoredSchedule) -> None:
+        self._cursor += 1
+        self._schedules.pop(record.job, None)
+        self._schedules[record.job] = (self._cursor, record)
+
+    def schedule_changes(self, since: int) -> ScheduleChanges:
+        newest_first = []
+        for cursor, record in reversed(self._schedules.values()):
+            if cursor <= since:
+                break
+            newest_first.append(record)
+        return ScheduleChanges(max(since, self._cursor), tuple(reversed(newest_first)))
 
 
 class MemoryStore(TableStore):

@@ -16,7 +16,8 @@ from typing import Dict, List, Optional, Sequence, Type, TypeVar
 
 from ..controls import JobState, ManualRequest
 from ..runs import Run
-from ..limits import check_job_name
+from ..limits import check_int, check_job_name
+from ..stored import Poll, ScheduleChanges, StoredSchedule
 from .checks import check_recent_runs, check_run_key
 
 __all__ = ["StoreReads"]
@@ -57,6 +58,26 @@ class StoreReads(abc.ABC):
         Its cost grows with the number of such requests only, never with the runs or jobs
         stored: an instance asks once per ``poll_ms`` for all of its jobs."""
         return self._pending_requests()
+
+    def stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        """What the store holds of ``job``'s schedule (rule 24), also a record gone back to
+        ``code`` (its version is kept), or ``None`` if it never held one."""
+        check_job_name(job)
+        return self._stored_schedule(job)
+
+    def schedule_changes(self, since: int = 0) -> ScheduleChanges:
+        """Every job's schedule record changed after cursor ``since`` (0: all of them), each
+        job's newest once, oldest change first, with the cursor to ask from next time, in one
+        round trip whatever the number of jobs. The cursor is the store's count of changes: it
+        only grows; a poll that passes the one it got reads only what changed since."""
+        check_int("since", since, 0)
+        return self._schedule_changes(since)
+
+    def poll(self, since: int) -> Poll:
+        """What an instance asks every ``poll_ms``, in one round trip where the store can (one per
+        node on Redis Cluster): :meth:`pending_requests` and :meth:`schedule_changes` after ``since``."""
+        check_int("since", since, 0)
+        return self._poll(since)
 
     def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         """The stored run of ``job`` at ``slot_ms``, or ``None``."""
@@ -127,6 +148,18 @@ class StoreReads(abc.ABC):
     @abc.abstractmethod
     def _pending_requests(self) -> List[ManualRequest]:
         """:meth:`pending_requests`."""
+
+    @abc.abstractmethod
+    def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        """:meth:`stored_schedule`."""
+
+    @abc.abstractmethod
+    def _schedule_changes(self, since: int) -> ScheduleChanges:
+        """:meth:`schedule_changes`."""
+
+    def _poll(self, since: int) -> Poll:
+        """:meth:`poll`: the two reads one after the other, unless the backend does better."""
+        return Poll(self._pending_requests(), self._schedule_changes(since))
 
     @abc.abstractmethod
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:

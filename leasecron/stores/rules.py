@@ -14,11 +14,12 @@ from __future__ import annotations
 import abc
 import dataclasses
 from contextlib import AbstractContextManager
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
 from ..runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
 from ..states import AttemptOutcome, Outcome, Reason, RequestState, Status
+from ..stored import Poll, ScheduleChanges, StoredSchedule
 from .base import REQUESTS_KEPT, ClaimRequest, Store
 from .records import Record, new_token, read_record
 from .table import NewSlot, Table
@@ -141,6 +142,37 @@ class TableStore(Store):
             table.clear_pause(job)  # rule 18
             return _job_state(table, job, now)
 
+    def _set_schedule(
+        self,
+        job: str,
+        by: str,
+        source: str,
+        schedule: Optional[str],
+        tz: Optional[str],
+        task: Optional[str],
+        kwargs: Dict[str, Any],
+        options: Dict[str, Any],
+    ) -> StoredSchedule:
+        with self._write() as (table, now):
+            before = table.schedule(job)
+            version = (before.version if before is not None else 0) + 1  # rule 24
+            record = StoredSchedule(job, version, source, schedule, tz, task, kwargs, options, by, now)
+            table.save_schedule(record)
+            return record
+
+    def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        with self._read() as table:
+            return table.schedule(job)
+
+    def _schedule_changes(self, since: int) -> ScheduleChanges:
+        with self._read() as table:
+            return table.schedule_changes(since)
+
+    def _poll(self, since: int) -> Poll:
+        """One read section."""
+        with self._read() as table:
+            return Poll(table.pending(self.now_ms()), table.schedule_changes(since))
+
     def _job_state(self, job: str) -> JobState:
         with self._read() as table:
             return _job_state(table, job, self.now_ms())
@@ -233,7 +265,7 @@ def _live(running: List[Record], now: int) -> Optional[Record]:
 
 
 def _claim_new(table: Table, now: int, request: ClaimRequest) -> Claim:
-    """Rules 7-12, 16 and 17: the claim of a slot that has no run."""
+    """Rules 7-12, 16, 17 and 23: the claim of a slot that has no run."""
     job, slot_ms = request.job, request.slot_ms
     if request.reason == Reason.TAKEOVER:  # rule 7
         return Claim(Outcome.NONE)
@@ -252,6 +284,8 @@ def _claim_new(table: Table, now: int, request: ClaimRequest) -> Claim:
         requested = True
     else:
         seen = table.new_slot(job, slot_ms)
+        if seen.schedule_version > request.version:  # rule 23
+            return Claim(Outcome.STALE)
         if seen.paused:  # rule 16
             return Claim(Outcome.PAUSED)
         if slot_ms > now + EARLY_TOLERANCE_MS:  # rule 8

@@ -3,9 +3,10 @@
 :class:`~leasecron.stores.rules.TableStore` decides; a :class:`Table` reads and writes for it,
 inside the section the backend holds (the memory store's lock, SQLite's ``BEGIN IMMEDIATE``):
 the runs (:class:`~leasecron.stores.records.Record`), each job's pause (a
-:class:`~leasecron.controls.JobState` without requests) and its requests for manual runs (the
+:class:`~leasecron.controls.JobState` without requests), its requests for manual runs (the
 :class:`~leasecron.controls.ManualRequest` as made, with its stored state: a pending one whose time
-ran out is only *read* as ``expired``, by the rules).
+ran out is only *read* as ``expired``, by the rules) and its stored schedule
+(:class:`~leasecron.stored.StoredSchedule`, each saved with the store's count of changes then).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import abc
 from typing import Dict, List, NamedTuple, Optional
 
 from ..controls import JobState, ManualRequest
+from ..stored import ScheduleChanges, StoredSchedule
 from .records import Record
 
 __all__ = ["NewSlot", "Table"]
@@ -28,6 +30,8 @@ class NewSlot(NamedTuple):
     newest_scheduled_ms: Optional[int]
     #: Whether a pending request of the job sits at the slot (rule 12 marks it claimed).
     requested: bool
+    #: The version of the job's stored schedule, 0 if it never had one (rule 23).
+    schedule_version: int = 0
 
 
 class Table(abc.ABC):
@@ -133,3 +137,19 @@ class Table(abc.ABC):
     def prune_requests(self, job: str, keep: int, now_ms: int) -> None:
         """Delete ``job``'s requests that ended (stored as ended, or pending with ``expires_ms``
         before ``now_ms``) beyond the newest ``keep`` of them."""
+
+    # -- stored schedules
+
+    @abc.abstractmethod
+    def schedule(self, job: str) -> Optional[StoredSchedule]:
+        """The stored schedule of ``job``, or None if it never had one."""
+
+    @abc.abstractmethod
+    def save_schedule(self, record: StoredSchedule) -> None:
+        """Keep ``record`` as its job's stored schedule, in place of any before, as the store's
+        newest change: its cursor is one more than the last change's (rule 24)."""
+
+    @abc.abstractmethod
+    def schedule_changes(self, since: int) -> ScheduleChanges:
+        """The records saved after cursor ``since``, oldest first, and the newest cursor (``since``
+        when there is none); the cost grows with those records only."""

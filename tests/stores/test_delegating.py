@@ -23,6 +23,7 @@ from tests.stores.test_contract import *  # noqa: F401,F403,E402
 from tests.stores.test_controls import *  # noqa: F401,F403,E402
 from tests.stores.test_attempts import *  # noqa: F401,F403,E402
 from tests.stores.test_batch import *  # noqa: F401,F403,E402
+from tests.stores.test_schedules import *  # noqa: F401,F403,E402
 
 
 class _Wrapping:
@@ -63,7 +64,8 @@ def test_the_contract_tests_here_get_a_delegating_store(store: Store) -> None:
 #: the protected method of the same name.
 OPERATIONS = [
     "claim", "heartbeat", "finish", "release", "pause", "resume", "job_state", "job_states", "request_run",
-    "pending_requests", "get_run", "unfinished", "runs", "jobs",
+    "pending_requests", "get_run", "unfinished", "runs", "jobs", "set_schedule", "stored_schedule",
+    "schedule_changes",
 ]  # fmt: skip
 
 
@@ -75,9 +77,10 @@ def test_every_operation_is_forwarded_and_the_public_methods_are_the_contracts()
     for name in sorted(Store.__abstractmethods__) + ["server_version", "durability_warnings", "replication"]:
         assert name in vars(DelegatingStore), name
         assert inspect.signature(getattr(DelegatingStore, name)) == inspect.signature(getattr(Store, name)), name
-    for name in OPERATIONS + ["claim_many"]:
+    for name in OPERATIONS + ["claim_many", "poll"]:
         assert getattr(DelegatingStore, name) is getattr(Store, name), name
     assert "_claim_many" in vars(DelegatingStore)  # a batch goes to the inner store's own _claim_many
+    assert "_poll" in vars(DelegatingStore)  # and a poll to the inner store's own _poll
 
 
 class _Answers(Store):
@@ -148,6 +151,18 @@ class _Answers(Store):
         self._called("runs", job, limit)
         return ["runs"]
 
+    def _set_schedule(self, *args: Any) -> Any:
+        self._called("set_schedule", *args)
+        return "a-schedule"
+
+    def _stored_schedule(self, job: str) -> Any:
+        self._called("stored_schedule", job)
+        return "stored"
+
+    def _schedule_changes(self, since: int) -> Any:
+        self._called("schedule_changes", since)
+        return "changes"
+
     def _jobs(self) -> List[str]:
         self._called("jobs")
         return ["j"]
@@ -189,6 +204,9 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     assert store.unfinished("j") == ["unfinished"]
     assert store.runs("j", 3) == ["runs"]
     assert store.jobs() == ["j"]
+    assert store.set_schedule("j", by="ops", schedule=30, task="t", kwargs={"a": 1}) == "a-schedule"
+    assert store.stored_schedule("j") == "stored"
+    assert store.schedule_changes(3) == "changes"
     assert store.server_version() == "Answers 1.2"
     assert store.durability_warnings() == ["keep it on disk"]
     assert store.replication() == ["copied twice"]
@@ -208,12 +226,20 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
         ("unfinished", ("j",)),
         ("runs", ("j", 3)),
         ("jobs", ()),
+        ("set_schedule", ("j", "ops", "stored", "30", None, "t", {"a": 1}, {})),
+        ("stored_schedule", ("j",)),
+        ("schedule_changes", (3,)),
     ]
     # a batch reaches the inner store's _claim_many, whose default sends one _claim after the other
     inner.calls.clear()
     batch = [ClaimRequest("j", 7, "r"), ClaimRequest("k", 8, "r", reason="catch-up")]
     assert store.claim_many(batch) == ["claim-answer", "claim-answer"]
     assert inner.calls == [("claim", (batch[0],)), ("claim", (batch[1],))]
+    # a poll reaches the inner store's _poll, whose default reads one after the other
+    inner.calls.clear()
+    polled = store.poll(5)
+    assert (polled.requests, polled.schedules) == (["pending"], "changes")
+    assert inner.calls == [("pending_requests", ()), ("schedule_changes", (5,))]
     # the claim's defaults are the contract's; runs' limit is never negative
     inner.calls.clear()
     store.claim("j", 8, runner="r")
@@ -223,7 +249,7 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     store.runs("j")
     store.runs("j", -5)
     assert inner.calls == [
-        ("claim", (ClaimRequest("j", 8, "r", "schedule", 30_000, 3, 30_000, "skip", 100, None),)),
+        ("claim", (ClaimRequest("j", 8, "r", "schedule", 30_000, 3, 30_000, "skip", 100, None, 0),)),
         ("finish", ("j", 8, "t", "success", None)),
         ("pause", ("j", "ops", None)),
         ("request_run", ("j", "ops", 30_000)),
