@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..stored import Poll, ScheduleChanges, StoredSchedule
 from .queries import check_identifier, load_queries
 from .records import Record, read_pause, read_record, read_request, stored_attempts_json
 from .rules import TableStore
@@ -33,6 +34,12 @@ __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
 #: Idle connections a store keeps open for its next operations.
 MAX_IDLE_CONNECTIONS = 8
+#: The schema version that first holds pauses and requests for manual runs (leasecron 0.2's).
+_CONTROLS_VERSION = 2
+#: The schema version that first holds stored schedules.
+_SCHEDULES_VERSION = 3
+#: How a stored schedule's kwargs and options are kept: compact JSON text, keys sorted.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 class SQLiteStore(TableStore):
@@ -182,22 +189,35 @@ class SQLiteStore(TableStore):
         self._schema.after_fork()
         self._idle = []
 
-    def _without_controls(self) -> bool:
-        """Whether a store that does not create (nor migrate) found 0.1's schema (version 1): no
-        pause and no request can be stored in it, and none is read."""
+    def _older_than(self, version: int) -> bool:
+        """Whether a store that does not create (nor migrate) found a schema older than
+        ``version``: what that version added cannot be stored in it, and none is read (0.1's
+        schema holds no pause and no request, 0.2's no stored schedule)."""
         if self.create:
             return False
         with self._using():  # finds the schema
-            return self._schema.version < 2
+            return self._schema.version < version
 
     def _job_state(self, job: str) -> JobState:
-        return JobState(job) if self._without_controls() else super()._job_state(job)
+        return JobState(job) if self._older_than(_CONTROLS_VERSION) else super()._job_state(job)
 
     def _job_states(self) -> List[JobState]:
-        return [] if self._without_controls() else super()._job_states()
+        return [] if self._older_than(_CONTROLS_VERSION) else super()._job_states()
 
     def _pending_requests(self) -> List[ManualRequest]:
-        return [] if self._without_controls() else super()._pending_requests()
+        return [] if self._older_than(_CONTROLS_VERSION) else super()._pending_requests()
+
+    def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        return None if self._older_than(_SCHEDULES_VERSION) else super()._stored_schedule(job)
+
+    def _schedule_changes(self, since: int) -> ScheduleChanges:
+        return ScheduleChanges(since) if self._older_than(_SCHEDULES_VERSION) else super()._schedule_changes(since)
+
+    def _poll(self, since: int) -> Poll:
+        """One read section (two statements), or only the requests from a schema without stored schedules."""
+        if self._older_than(_SCHEDULES_VERSION):
+            return Poll(self._pending_requests(), ScheduleChanges(since))
+        return super()._poll(since)
 
     # -- sections ----------------------------------------------------------------
 
@@ -264,6 +284,23 @@ def _request(row: sqlite3.Row) -> ManualRequest:
     return read_request(row["job"], dict(row))  # StoreError if it was tampered with
 
 
+def _schedule(row: sqlite3.Row) -> StoredSchedule:
+    """The stored schedule a row holds; StoreError naming the job if it was tampered with."""
+    job = row["job"]
+    try:
+        kwargs, options = json.loads(row["kwargs"]), json.loads(row["options"])
+        if not isinstance(kwargs, dict) or not isinstance(options, dict):
+            raise ValueError(f"kwargs and options must be JSON objects, not {row['kwargs']!r} and {row['options']!r}")
+        if type(row["version"]) is not int or type(row["cursor"]) is not int:
+            raise ValueError(f"version and cursor must be integers, not {row['version']!r} and {row['cursor']!r}")
+    except (TypeError, ValueError) as exc:  # json's errors are ValueErrors
+        raise StoreError(f"the stored schedule of job {job!r} is unreadable: {exc}") from exc
+    return StoredSchedule(
+        job, row["version"], row["source"], row["schedule"], row["tz"], row["task"], kwargs, options,
+        row["updated_by"], row["updated_ms"],
+    )  # fmt: skip
+
+
 def _statement(name: str, *params: str) -> Callable[..., None]:
     """A write of :class:`~leasecron.stores.table.Table` that is the named query ``name``: its
     arguments, given by position, are the query's parameters ``params``."""
@@ -306,8 +343,8 @@ class SQLiteTable(Table):
         return self._one("newest", job=job)
 
     def new_slot(self, job: str, slot_ms: int) -> NewSlot:
-        paused, newest, requested = self._rows("new_slot", job=job, slot_ms=slot_ms).fetchone()
-        return NewSlot(bool(paused), newest, bool(requested))
+        paused, newest, requested, version = self._rows("new_slot", job=job, slot_ms=slot_ms).fetchone()
+        return NewSlot(bool(paused), newest, bool(requested), version)  # rule 23: the version, in the same read
 
     def running(self, job: str) -> List[Record]:
         return self._all("running", job=job)
@@ -360,3 +397,16 @@ class SQLiteTable(Table):
 
     end_request = _statement("end_request", "job", "slot_ms", "state")
     prune_requests = _statement("prune_requests", "job", "keep", "now_ms")
+
+    def schedule(self, job: str) -> Optional[StoredSchedule]:
+        row = self._rows("get_schedule", job=job).fetchone()
+        return None if row is None else _schedule(row)
+
+    def save_schedule(self, record: StoredSchedule) -> None:
+        fields = record.to_dict()
+        fields["kwargs"], fields["options"] = _JSON.encode(fields["kwargs"]), _JSON.encode(fields["options"])
+        self._rows("save_schedule", **fields)  # rule 24: the store's next cursor
+
+    def schedule_changes(self, since: int) -> ScheduleChanges:
+        rows = self._rows("schedule_changes", since=since).fetchall()
+        return ScheduleChanges(rows[-1]["cursor"] if rows else since, tuple(_schedule(row) for row in rows))

@@ -7,6 +7,7 @@ the embedded store has.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -20,6 +21,7 @@ import leasecron
 from leasecron import SQLiteStore
 from leasecron.controls import JobState
 from leasecron.runs import Attempt
+from leasecron.stored import ScheduleChanges
 from leasecron.stores.migrations import migrations
 from leasecron.stores.templates import render, without_comments
 from tests.helpers import race_in_processes
@@ -55,8 +57,8 @@ def test_database_uses_wal_journal(db: Path) -> None:
         conn.close()
 
 
-def test_schema_is_stamped_with_version_2(db: Path) -> None:
-    """The schema is stamped with version 2 in <table>_meta."""
+def test_schema_is_stamped_with_version_3(db: Path) -> None:
+    """The schema is stamped with version 3 in <table>_meta."""
     with leasecron.open_store(_url(db, table="myruns")) as store:
         _win(store)
     conn = sqlite3.connect(db)
@@ -64,7 +66,7 @@ def test_schema_is_stamped_with_version_2(db: Path) -> None:
         rows = conn.execute("SELECT key, value FROM myruns_meta").fetchall()
     finally:
         conn.close()
-    assert rows == [("schema_version", "2")]
+    assert rows == [("schema_version", "3")]
 
 
 @pytest.mark.parametrize("query", ["running"])
@@ -98,6 +100,23 @@ def test_pending_requests_search_the_index_of_pending_requests(db: Path) -> None
     assert "USING INDEX myruns_pending (expires_ms>?)" in plan, plan
 
 
+def test_schedule_reads_search_an_index(db: Path) -> None:
+    """A claim reads its job's schedule version by the primary key, in the statement it made
+    before (rule 23); schedule_changes() reads a range of the index of cursors, and a save finds
+    the newest cursor at that index's end: none of them reads every job's record."""
+    with leasecron.open_store(_url(db, table="myruns")) as store:
+        store.set_schedule(JOB, by="ops", schedule=30)
+        assert isinstance(store, SQLiteStore)
+        queries = store._q
+    plan = _plan(db, queries["new_slot"], {"job": JOB, "slot_ms": 1})
+    assert "SEARCH myruns_schedules USING PRIMARY KEY (job=?)" in plan, plan
+    plan = _plan(db, queries["schedule_changes"], {"since": 0})
+    assert "USING INDEX myruns_schedule_changes (cursor>?)" in plan and "TEMP B-TREE" not in plan, plan
+    saved = dict.fromkeys(["job", "version", "source", "schedule", "tz", "task", "kwargs", "options", "updated_by"])
+    plan = _plan(db, queries["save_schedule"], dict(saved, updated_ms=1))
+    assert "myruns_schedules USING COVERING INDEX myruns_schedule_changes" in plan and "SCAN" not in plan, plan
+
+
 @pytest.mark.parametrize("create", [True, False])
 def test_newer_schema_version_raises_store_error(db: Path, create: bool) -> None:
     """A table stamped with a newer schema version makes the store raise StoreError saying to
@@ -105,19 +124,19 @@ def test_newer_schema_version_raises_store_error(db: Path, create: bool) -> None
     with leasecron.open_store(_url(db)) as store:
         run = _win(store)
     conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("UPDATE leasecron_runs_meta SET value = '3' WHERE key = 'schema_version'")
+    conn.execute("UPDATE leasecron_runs_meta SET value = '4' WHERE key = 'schema_version'")
     conn.close()
 
     with SQLiteStore.from_url(_url(db), create=create) as store:
         with pytest.raises(leasecron.StoreError, match="upgrad") as info:
             store.claim(JOB, store.now_ms() - 1_000, runner="r2")
-        assert "3" in str(info.value)
+        assert "4" in str(info.value)
         with pytest.raises(leasecron.StoreError, match="upgrad"):
             store.get_run(JOB, run.slot_ms)
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("SELECT COUNT(*) FROM leasecron_runs").fetchone()[0] == 1
-        assert conn.execute("SELECT value FROM leasecron_runs_meta").fetchone()[0] == "3"
+        assert conn.execute("SELECT value FROM leasecron_runs_meta").fetchone()[0] == "4"
     finally:
         conn.close()
 
@@ -515,18 +534,28 @@ def test_processes_opening_a_fresh_file_at_once_agree(tmp_path: Path) -> None:
         assert run is not None and run.runner == next(c[0] for c in collected if c[1] == "won")
 
 
-# -- a store that leasecron 0.1 created ----------------------------------------------------------
+# -- a store that leasecron 0.1 or 0.2 created ---------------------------------------------------
 
-#: What leasecron 0.1 created in a file: migration 1 is exactly its schema (a released migration is
-#: never edited: test_scripts checks its sha256), and 0.1 stamped it version 1.
-SCHEMA_0_1 = render(without_comments(migrations("sqlite")[0].text), table="old_runs") + """
+
+def _schema_of(version: int) -> str:
+    """What leasecron 0.<version> created in a file: migrations 1 to ``version`` are exactly its
+    schema (a released migration is never edited: test_scripts checks its sha256), stamped so."""
+    created = "".join(render(without_comments(m.text), table="old_runs") for m in migrations("sqlite")[:version])
+    stamped = f"""
 CREATE TABLE IF NOT EXISTS old_runs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT INTO old_runs_meta (key, value) VALUES ('schema_version', '1');
+INSERT INTO old_runs_meta (key, value) VALUES ('schema_version', '{version}');
 """
+    return created + stamped
 
 
-def _store_of_0_1(db: Path, now: int) -> Dict[str, Dict[str, Any]]:
-    """A file with 0.1's schema and runs written the 0.1 way (no attempts); the rows by name."""
+def _insert(conn: sqlite3.Connection, table: str, row: Dict[str, Any]) -> None:
+    names, marks = ", ".join(row), ", ".join("?" * len(row))
+    conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", list(row.values()))
+
+
+def _store_of_0_1(db: Path, now: int, version: int = 1) -> Dict[str, Dict[str, Any]]:
+    """A file with 0.1's schema (or a later one's: ``version``) and runs written the 0.1 way (no
+    attempts, as 0.2 writes a run of one attempt too); the rows by name."""
     base = {"released": 0, "handovers": 0, "error": None, "finished_ms": None, "reason": "schedule"}
     rows = {
         "success": dict(base, job=JOB, slot_ms=now - 40_000, attempt=2, token="t1", runner="r2", status="success",
@@ -547,10 +576,9 @@ def _store_of_0_1(db: Path, now: int) -> Dict[str, Dict[str, Any]]:
     }  # fmt: skip
     conn = sqlite3.connect(db, isolation_level=None)
     try:
-        conn.executescript(SCHEMA_0_1)
+        conn.executescript(_schema_of(version))
         for row in rows.values():
-            names, marks = ", ".join(row), ", ".join("?" * len(row))
-            conn.execute(f"INSERT INTO old_runs ({names}) VALUES ({marks})", list(row.values()))
+            _insert(conn, "old_runs", row)
     finally:
         conn.close()
     return rows
@@ -593,7 +621,7 @@ def test_a_store_of_0_1_is_migrated_and_its_runs_go_on(db: Path) -> None:
             assert stored_run(store, row).attempts == _one_attempt(row)
         conn = sqlite3.connect(db)
         try:
-            assert conn.execute("SELECT value FROM old_runs_meta").fetchone()[0] == "2"
+            assert conn.execute("SELECT value FROM old_runs_meta").fetchone()[0] == "3"
         finally:
             conn.close()
 
@@ -624,6 +652,88 @@ def test_a_store_of_0_1_is_migrated_and_its_runs_go_on(db: Path) -> None:
         store.resume(JOB, by="ops")
         assert store.finish(JOB, made.slot_ms, manual.run.token, "success")
         assert store.claim(JOB, store.now_ms() - 500, runner="r1").won
+
+
+def _store_of_0_2(db: Path, now: int) -> Dict[str, Dict[str, Any]]:
+    """A file with 0.2's schema holding what 0.2 writes: the runs of :func:`_store_of_0_1`, a
+    manual run of two attempts (JSON), a pause and a pending request; the runs by name."""
+    rows = _store_of_0_1(db, now, version=2)
+    attempts = [
+        {"number": 1, "runner": "r1", "reason": "manual", "started_ms": now - 9_000, "ended_ms": now - 8_000,
+         "outcome": "expired", "error": None},
+        {"number": 2, "runner": "r2", "reason": "takeover", "started_ms": now - 8_000, "ended_ms": now - 7_000,
+         "outcome": "success", "error": None},
+    ]  # fmt: skip
+    rows["manual"] = dict(
+        job="manual", slot_ms=now - 9_000, attempt=2, token="t7", runner="r2", status="success",
+        lease_end_ms=now - 7_000, released=0, handovers=0, reason="takeover", error=None, started_ms=now - 8_000,
+        finished_ms=now - 7_000, attempts=json.dumps(attempts), manual=1,
+    )  # fmt: skip
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        _insert(conn, "old_runs", rows["manual"])
+        _insert(conn, "old_runs_pauses", dict(job="paused", paused_by="ops", paused_ms=now - 5_000, note="why"))
+        _insert(conn, "old_runs_requests", dict(job="asked", slot_ms=now - 1_000, requested_by="ops",
+                                                expires_ms=now + 60_000, state="pending"))  # fmt: skip
+    finally:
+        conn.close()
+    return rows
+
+
+def _stamped(db: Path) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return str(conn.execute("SELECT value FROM old_runs_meta").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_store_of_0_2_is_read_without_create_and_holds_no_stored_schedule(db: Path) -> None:
+    """A store opened with create=False on a 0.2 file (not migrated) reads its runs, pause and
+    request, and no stored schedule: schedule_changes and poll answer none at the cursor asked
+    about; the file stays at version 2."""
+    now = int(time.time() * 1000)
+    rows = _store_of_0_2(db, now)
+    with SQLiteStore.from_url(_url(db, table="old_runs"), create=False) as reader:
+        for row in rows.values():
+            assert stored_run(reader, row).slot_ms == row["slot_ms"]
+        assert reader.job_state("paused").paused
+        assert reader.stored_schedule(JOB) is None
+        assert reader.schedule_changes(5) == ScheduleChanges(5, ())
+        polled = reader.poll(0)
+        assert [r.job for r in polled.requests] == ["asked"] and polled.schedules == ScheduleChanges(0, ())
+    assert _stamped(db) == "2"
+
+
+def test_a_store_of_0_2_is_migrated_in_place_and_schedules_can_be_stored(db: Path) -> None:
+    """This release migrates a 0.2 file to version 3 on first use: its runs (attempts and manual
+    ones too), pause and request are as they were; set_schedule stores version 1, a scheduled
+    claim from version 0 is stale (rule 23) and from version 1 wins, and a run of 0.2 goes on."""
+    now = int(time.time() * 1000)
+    rows = _store_of_0_2(db, now)
+    with SQLiteStore.from_url(_url(db, table="old_runs")) as store:
+        manual = stored_run(store, rows["manual"])
+        assert _stamped(db) == "3"
+        assert [(a.number, a.reason, a.outcome) for a in manual.attempts] == [
+            (1, "manual", "expired"),
+            (2, "takeover", "success"),
+        ]
+        for name, row in rows.items():
+            if name != "manual":
+                assert stored_run(store, row).attempts == _one_attempt(row)
+        assert store.job_state("paused").paused_by == "ops"
+        assert [r.job for r in store.pending_requests()] == ["asked"]
+        assert store.stored_schedule(JOB) is None and store.schedule_changes(0) == ScheduleChanges(0, ())
+
+        record = store.set_schedule(JOB, by="ops", schedule="*/5 * * * *", tz="Europe/Berlin")
+        assert (record.version, record.source) == (1, "override")
+        assert store.stored_schedule(JOB) == record and store.poll(0).schedules.changes == (record,)
+        slot = store.now_ms() - 1_000
+        assert store.claim(JOB, slot, runner="r1").outcome == "stale"
+        assert store.get_run(JOB, slot) is None
+        assert store.claim(JOB, slot, runner="r1", version=record.version).won
+        live = rows["live"]
+        assert store.finish("other", live["slot_ms"], live["token"], "success")
 
 
 def stored_run(store: leasecron.Store, row: Dict[str, Any]) -> leasecron.Run:
@@ -684,3 +794,21 @@ def test_a_tampered_request_is_a_store_error_naming_it(db: Path, column: str, va
             with pytest.raises(leasecron.StoreError, match="unreadable") as info:
                 call()
             assert repr(JOB) in str(info.value) and str(made.slot_ms) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [("kwargs", "not json"), ("options", "[1]"), ("version", "two"), ("cursor", 1.5)],
+)
+def test_a_tampered_stored_schedule_is_a_store_error_naming_it(db: Path, column: str, value: Any) -> None:
+    """A stored schedule whose row was tampered with raises StoreError naming the job on every
+    read of it, never a JSON or type error from deep inside."""
+    with leasecron.open_store(_url(db)) as store:
+        store.set_schedule("report", by="app", schedule=30, task="send", kwargs={"to": "ops"})
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute(f"UPDATE leasecron_runs_schedules SET {column} = ?", (value,))
+        conn.close()
+        for call in (lambda: store.stored_schedule("report"), lambda: store.schedule_changes(0), lambda: store.poll(0)):
+            with pytest.raises(leasecron.StoreError, match="unreadable") as info:
+                call()
+            assert repr("report") in str(info.value)

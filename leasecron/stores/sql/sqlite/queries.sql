@@ -33,14 +33,17 @@ SELECT * FROM {table} WHERE job = :job ORDER BY slot_ms DESC LIMIT 1;
 -- name: new_slot
 -- Takes: job, slot_ms. Returns: one row: whether the job is paused (rule
 -- 16), the slot of its newest run that a manual claim did not start (rule
--- 9; NULL if none), whether a pending request sits at slot_ms (rule 12): what
--- a scheduled claim of a slot without a run reads, in one statement.
+-- 9; NULL if none), whether a pending request sits at slot_ms (rule 12), the
+-- version of the job's stored schedule (rule 23; 0 if it never had one): what
+-- a scheduled claim of a slot without a run reads, in one statement (the
+-- version is one seek of the schedules' primary key).
 SELECT
     EXISTS (SELECT 1 FROM {table}_pauses WHERE job = :job) AS paused,
     (SELECT slot_ms FROM {table} WHERE job = :job AND manual = 0 ORDER BY slot_ms DESC LIMIT 1) AS newest_ms,
     EXISTS (
         SELECT 1 FROM {table}_requests WHERE job = :job AND slot_ms = :slot_ms AND state = 'pending'
-    ) AS requested;
+    ) AS requested,
+    IFNULL((SELECT version FROM {table}_schedules WHERE job = :job), 0) AS schedule_version;
 
 -- name: running
 -- Takes: job. Returns: running runs, oldest first (also the overlap check and
@@ -177,3 +180,31 @@ WHERE job = :job AND slot_ms IN (
     WHERE job = :job AND (state != 'pending' OR expires_ms < :now_ms)
     ORDER BY slot_ms DESC LIMIT -1 OFFSET :keep
 );
+
+-- name: get_schedule
+-- Takes: job. Returns: the job's stored schedule, or no row.
+SELECT * FROM {table}_schedules WHERE job = :job;
+
+-- name: save_schedule
+-- Takes: job, version, source, schedule, tz, task, kwargs, options,
+-- updated_by, updated_ms. Keeps the record as the job's stored schedule, in
+-- place of any before, as the store's newest change: its cursor is one more
+-- than the last change's (rule 24; MAX is the last entry of the unique index
+-- of cursors, read inside the write transaction, so no two saves share one).
+INSERT INTO {table}_schedules (
+    job, cursor, version, source, schedule, tz, task, kwargs, options, updated_by, updated_ms
+) VALUES (
+    :job, (SELECT IFNULL(MAX(cursor), 0) + 1 FROM {table}_schedules), :version, :source, :schedule, :tz,
+    :task, :kwargs, :options, :updated_by, :updated_ms
+)
+ON CONFLICT (job) DO UPDATE SET
+    cursor = excluded.cursor, version = excluded.version, source = excluded.source,
+    schedule = excluded.schedule, tz = excluded.tz, task = excluded.task, kwargs = excluded.kwargs,
+    options = excluded.options, updated_by = excluded.updated_by, updated_ms = excluded.updated_ms;
+
+-- name: schedule_changes
+-- Takes: since (a cursor). Returns: the stored schedules saved after it,
+-- oldest change first, each job's once (a save replaces the job's row): a
+-- range of the index of cursors, whatever the number of jobs. The last row's
+-- cursor is the newest.
+SELECT * FROM {table}_schedules WHERE cursor > :since ORDER BY cursor;
