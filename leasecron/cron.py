@@ -1,8 +1,9 @@
 """LeaseCron: the public face of an instance — its jobs, options, events and lifecycle.
 
-Registration (``job``, ``add_job``, ``remove_job``), events (``on``), the
-options and the cluster-wide controls (``pause``, ``resume``, ``trigger``,
-which only write to the store) live here; the threads of a started instance
+Registration (``job``, ``add_job``, ``remove_job``, ``task``), events (``on``), the
+options, the cluster-wide controls (``pause``, ``resume``, ``trigger``) and the
+schedules held as data (``reschedule``, ``put_job``, ``delete_job``, ``stored_jobs``),
+which only write to (or read) the store, live here; the threads of a started instance
 live in :class:`~leasecron.engine.Engine`, created by :meth:`LeaseCron.start`
 and finished by :meth:`LeaseCron.stop`.
 
@@ -28,7 +29,8 @@ from .controls import JobState
 from .engine import Engine
 from .errors import ConfigError
 from .events import Callback, Emitter, SlotText, log
-from .jobs import Handler, Job, job_decorator, make_job
+from .jobs import Handler, Job, Task, job_decorator, make_job
+from .schedule_data import ScheduleData
 from .options import INSTANCE_OPTIONS, JOB_OPTIONS, resolve_options
 from .runs import Run
 from .schedules import ScheduleSpec
@@ -58,7 +60,7 @@ def default_runner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class LeaseCron:
+class LeaseCron(ScheduleData):
     """Runs the registered jobs: each slot exactly once, on one instance of the cluster.
 
     ``store`` is a :class:`~leasecron.Store` or a store URL. ``runner`` names
@@ -111,6 +113,7 @@ class LeaseCron:
         #: How often a started instance asks the store for requests of manual runs, in ms.
         self.poll_ms = poll_ms
         self._jobs: Dict[str, Job] = {}
+        self._tasks: Dict[str, Task] = {}
         self._emitter = Emitter(self.runner)
         self._lock = threading.RLock()
         self._engine: Optional[Engine] = None
@@ -272,12 +275,13 @@ class LeaseCron:
                 return
             engine = self._engine = Engine(
                 self.store, self.runner, self._emitter, self.clock, claim_threads=self._claim_threads,
-                poll_ms=self.poll_ms,
+                poll_ms=self.poll_ms, defaults=self._defaults,
             )  # fmt: skip
             jobs = list(self._jobs.values())
+            tasks = list(self._tasks.values())
         atexit.register(self._at_exit)
         log.info("leasecron: starting runner %r: %d job(s) on %r", self.runner, len(jobs), self.store)
-        engine.start(jobs)
+        engine.start(jobs, tasks)
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Stop gracefully; ``timeout`` in seconds (default ``stop_timeout_ms``).

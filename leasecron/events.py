@@ -3,7 +3,7 @@
 An :class:`Event` has one of the :data:`EVENT_TYPES`: ``start`` (reason ``schedule``,
 ``catch-up``, ``takeover`` or ``manual``), ``success``, ``failed`` (the handler raised, or
 reason ``timeout``), ``retry`` (a try raised and another follows), ``skip`` (a claim refused:
-``overlap``, ``late``, ``early``, ``paused``), ``lost`` (``fenced`` or ``unrenewed``),
+``overlap``, ``late``, ``early``, ``paused``, ``rescheduled``), ``lost`` (``fenced`` or ``unrenewed``),
 ``handover`` (released on ``stop()``) and ``error`` (a store call or a task failed). Everything
 is also logged on :data:`log`, with lazy ``%``-style arguments, in one shape:
 ``leasecron: <what> job 'x' slot <UTC, Z> [attempt N] runner 'r' [(<reason>)][: <detail>]``.
@@ -177,6 +177,8 @@ class ClaimText:
             return "none: the request is no longer pending (another instance acted on it)"
         if outcome == Outcome.PAUSED:
             return "the job is paused: no new run starts until it is resumed"
+        if outcome == Outcome.STALE:
+            return "the job was rescheduled: the slot is of a schedule the store no longer holds"
         if run is None:
             if outcome == Outcome.LATE:
                 late_s = LATE_TOLERANCE_MS // 1000

@@ -181,9 +181,11 @@ def _json_object(what: str, value: object) -> Dict[str, Any]:
 
 def _stored_options(job: str, options: Dict[str, Any]) -> Dict[str, Any]:
     for name, value in options.items():
+        if name == "tz":
+            raise ConfigError(f"stored job {job!r}: give tz as its own field, not among the options")
         option = BY_NAME.get(name)
         if option is None or not option.job:
-            known = ", ".join(sorted(n for n, o in BY_NAME.items() if o.job))
+            known = ", ".join(sorted(n for n, o in BY_NAME.items() if o.job and n != "tz"))
             raise ConfigError(f"stored job {job!r}: unknown job option {name!r} (one of: {known})")
         check_option(name, value, job)
     return options

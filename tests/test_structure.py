@@ -29,7 +29,8 @@ MAX_LINES = 420
 #: events, how runs are shown), the plain data of the model (runs, states, errors, controls, what a
 #: store can keep) and the old names of earlier versions. Everything else is in a subpackage.
 FACE = {"leasecron", "leasecron.__main__", "leasecron.cron", "leasecron.jobs", "leasecron.options",
-        "leasecron.schedules", "leasecron.context", "leasecron.events", "leasecron.formatting"}  # fmt: skip
+        "leasecron.schedules", "leasecron.context", "leasecron.events", "leasecron.formatting",
+        "leasecron.stored", "leasecron.schedule_data"}  # fmt: skip
 MODEL = {"leasecron.runs", "leasecron.states", "leasecron.errors", "leasecron.controls", "leasecron.limits"}
 OLD_NAMES = {"leasecron.compat"}
 #: What makes a started instance work.
@@ -37,7 +38,7 @@ ENGINE = {
     f"leasecron.engine.{name}"
     for name in ("core", "roles", "roster", "slots", "batches", "claims", "backups", "catch_up", "polling",
                  "live_runs", "live", "tries", "handlers", "workers", "claim_pool", "scheduler", "clock",
-                 "clock_sync", "store_calls", "signals")
+                 "clock_sync", "store_calls", "signals", "stored_jobs")
 } | {"leasecron.engine"}  # fmt: skip
 
 

@@ -22,15 +22,17 @@ from ..stores import ClaimRequest
 from ..stores.records import new_token
 from .backups import Backups
 from .clock_sync import ClockSync
-from .roles import Claimable, Instance, Starter
+from .roles import Claimable, Instance, Rescheduler, Starter
 from .store_calls import call_until
 
-__all__ = ["Claims", "Batch", "jitter_ms"]
+__all__ = ["Claims", "Batch", "SKIP_RESCHEDULED", "jitter_ms"]
 
 #: A batch of claims to send together: (job, slot_ms, reason) each.
 Batch = List[Tuple[Job, int, Reason]]
 #: The outcomes of a new claim that emit ``skip`` (the ``reason`` of the event).
 _SKIPS = (Outcome.OVERLAP, Outcome.LATE, Outcome.EARLY, Outcome.PAUSED)
+#: The ``reason`` of the ``skip`` event of a claim answered ``stale`` (rule 23).
+SKIP_RESCHEDULED = "rescheduled"
 #: The outcomes that show the run of the slot claimed started.
 _RUN_FOUND = (Outcome.WON, Outcome.RUNNING, Outcome.DONE)
 
@@ -68,11 +70,19 @@ class Claims:
     ``clock`` reads the store's clock again when an answer shows it moved;
     ``roster`` says what may be claimed; ``live`` starts a won run;
     ``backups`` holds the runs this instance watches (their checks are
-    takeover claims, planned here).
+    takeover claims, planned here); ``schedules`` reads a job's stored
+    schedule again when a claim of it is answered ``stale``.
     """
 
     def __init__(
-        self, instance: Instance, *, clock: ClockSync, roster: Claimable, live: Starter, backups: Backups
+        self,
+        instance: Instance,
+        *,
+        clock: ClockSync,
+        roster: Claimable,
+        live: Starter,
+        backups: Backups,
+        schedules: Rescheduler,
     ) -> None:
         self._instance = instance
         self._clock_sync = clock
@@ -80,6 +90,7 @@ class Claims:
         self._roster = roster
         self._live = live
         self._backups = backups
+        self._schedules = schedules
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -131,7 +142,7 @@ class Claims:
             matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self._clock.now_ms()) / 1000
         request = ClaimRequest(
             job.name, slot_ms, self._instance.runner, reason, opts.lease_ms, opts.max_attempts, max_late,
-            opts.overlap, opts.history_size, new_token(),
+            opts.overlap, opts.history_size, new_token(), job.version,
         )  # fmt: skip
         return _Asked(job, request, self._clock.monotonic() + max(matters_s, 0.0))
 
@@ -185,7 +196,8 @@ class Claims:
         ``late``, ``early`` and ``paused`` emit ``skip`` (after ``early`` the
         clock is read again and the slot claimed again once it is due), except
         that a manual claim's ``late`` means its request expired, which is
-        logged; ``none`` and ``done`` do nothing.
+        logged; ``stale`` emits ``skip`` with reason ``rescheduled``, and the
+        job's stored schedule is read again; ``none`` and ``done`` do nothing.
         """
         job, request, ids = one.job, one.request, one.ids
         slot_ms, reason, outcome = request.slot_ms, request.reason, claim.outcome
@@ -206,6 +218,10 @@ class Claims:
             self._clock_sync.check_drift(run.lease_end_ms - request.lease_ms, sent, answered)
         elif outcome == Outcome.RUNNING:
             self.watch(job, slot_ms)
+        elif outcome == Outcome.STALE:
+            log.info("leasecron: skipped job %r slot %s runner %r (%s): %s", *ids, SKIP_RESCHEDULED, answer)
+            self._instance.events.emit("skip", job.name, slot_ms, reason=SKIP_RESCHEDULED, run=run)
+            self._schedules.stale(job.name)
         elif outcome == Outcome.LATE and reason == Reason.MANUAL:
             log.warning("leasecron: expired job %r slot %s runner %r (%s): %s", *ids, reason, answer)
         elif outcome in _SKIPS:
@@ -236,9 +252,12 @@ class Claims:
         self._instance.timers.call_later(delay_ms, self._instance.tasks.submit, self._check, job, slot_ms)
 
     def _check(self, job: Job, slot_ms: int) -> None:
-        """A backup's check: a takeover claim; checked again while the run may need us."""
-        if not self._backups.watched(job.name, slot_ms):
+        """A backup's check: a takeover claim, as the job is scheduled here now (its schedule may
+        have changed since); checked again while the run may need us."""
+        current = self._roster.get(job.name)
+        if current is None or not self._backups.watched(job.name, slot_ms):
             return
+        job = current
         claim = self.claim(job, slot_ms, Reason.TAKEOVER)
         if self._backups.again(job, slot_ms, claim):
             self._plan_check(job, slot_ms)

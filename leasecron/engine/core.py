@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Callable, List, Optional
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence
 
 from ..controls import ManualRequest
 from ..events import Emitter, log
-from ..jobs import Job
+from ..errors import StoreError
+from ..jobs import Job, Task
 from ..runs import Run
+from ..stored import StoredSchedule
 from ..states import AbortReason
 from ..stores import Store
 from .backups import Backups
@@ -32,6 +34,7 @@ from .roles import Instance
 from .roster import Roster
 from .scheduler import Scheduler
 from .slots import BOOT_RETRY_MS, Slots
+from .stored_jobs import StoredJobs
 from .workers import Workers
 
 __all__ = ["Engine", "IN_FLIGHT_WAIT_S"]
@@ -52,7 +55,13 @@ class Engine:
     engine in one thread, without waiting: a clock of its own, a scheduler it
     steps (:meth:`~leasecron.engine.scheduler.Scheduler.run_due`) after
     :meth:`boot`, and workers and an executor that run each task at once.
-    ``poll_ms``: how often it asks the store for requests of manual runs.
+    ``poll_ms``: how often it asks the store for requests of manual runs and
+    changes of the stored schedules; ``defaults``: the instance's job options,
+    the defaults of the stored jobs it runs.
+
+    The engine plays the :class:`~leasecron.engine.roles.Rescheduler`: it
+    schedules each name as :class:`~leasecron.engine.stored_jobs.StoredJobs`
+    says, from the jobs in code, the tasks and the store's stored schedules.
     """
 
     def __init__(
@@ -64,6 +73,7 @@ class Engine:
         *,
         claim_threads: int = 4,
         poll_ms: int = 1_000,
+        defaults: Optional[Mapping[str, Any]] = None,
         scheduler: Optional[Scheduler] = None,
         workers: Optional[Workers] = None,
         executor: Optional[Executor] = None,
@@ -77,47 +87,118 @@ class Engine:
         self._timers = scheduler or Scheduler(clock, events)
         self._tasks = ClaimPool(executor, events)
         self._workers = workers or Workers()
-        instance = Instance(store, runner, clock, self._timers, self._tasks, events)
+        instance = self._instance = Instance(store, runner, clock, self._timers, self._tasks, events)
+        self._stored = StoredJobs(runner, defaults or {})
+        self._boot_lock = threading.Lock()
+        self._booted = False
         roster = self._roster = Roster()
         live = self._live = LiveRuns(instance, self._workers)
         backups = self._backups = Backups(roster, live, clock)
         clock_sync = self._clock_sync = ClockSync(instance, BOOT_RETRY_MS)
-        claims = Claims(instance, clock=clock_sync, roster=roster, live=live, backups=backups)
+        claims = Claims(instance, clock=clock_sync, roster=roster, live=live, backups=backups, schedules=self)
         batches = Batches(instance, claims, claim_threads)
         self._slots = Slots(instance, roster=roster, batches=batches, backups=claims)
-        self._poller = RequestPoller(instance, poll_ms, roster=roster, claims=claims)
+        self._poller = RequestPoller(instance, poll_ms, roster=roster, claims=claims, schedules=self)
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(self, jobs: List[Job]) -> None:
+    def start(self, jobs: List[Job], tasks: Sequence[Task] = ()) -> None:
         """Start the scheduler thread, and :meth:`boot` the jobs."""
         self._timers.start()
-        self.boot(jobs)
+        self.boot(jobs, tasks)
 
-    def boot(self, jobs: List[Job]) -> None:
-        """From the claim pool: read the store's clock, plan each job's next slot and recover it
-        (catch-up). :meth:`start` without the scheduler thread, for an owner that steps it."""
-        self._roster.add(jobs)
-        self._tasks.submit(self._boot, jobs)
+    def boot(self, jobs: List[Job], tasks: Sequence[Task] = ()) -> None:
+        """From the claim pool: read the store's clock and its stored schedules, plan each job's
+        next slot and recover it (catch-up). :meth:`start` without the scheduler thread, for an
+        owner that steps it. ``jobs`` are those registered in code, ``tasks`` the tasks."""
+        self._stored.set_code(jobs)
+        self._stored.add_tasks(tasks)
+        self._roster.add(self._stored.jobs())
+        self._tasks.submit(self._boot)
 
-    def _boot(self, jobs: List[Job]) -> None:
+    def _boot(self) -> None:
         # when the store does not answer, the host's clock stands in for its clock until it does
         wait_ms = self._clock_sync.at_start()
+        self._load_schedules()
+        with self._boot_lock:
+            jobs = self._stored.jobs()
+            self._roster.add(jobs)
+            self._booted = True
         for job in jobs:
             self._slots.plan(job)
         self._clock_sync.keep_reading(wait_ms)
         self._poller.start()
 
+    def _load_schedules(self) -> None:
+        """Every stored schedule, before the first slot is planned; the polls bring the later changes
+        (and, when the store does not answer now, the first poll brings them all)."""
+        try:
+            changes = self._instance.store.schedule_changes(0)
+        except StoreError as exc:
+            line = "leasecron: cannot read the stored schedules on start, runner %r: %s; the next poll reads them"
+            log.warning(line, self.runner, exc)
+            return
+        self._stored.apply(changes.changes)
+        self._poller.cursor = changes.cursor
+
     def add(self, job: Job) -> None:
-        """Schedule a job registered while running."""
-        self._roster.add([job])
-        self._timers.call_at(0, self._slots.plan, job)
+        """Schedule a job registered in code while running (as a stored schedule says, if one does)."""
+        self._settle(self._stored.set_code([job]), recover=True)
+
+    def add_task(self, task: Task) -> None:
+        """A task registered while running: the stored jobs that name it start here."""
+        self._settle(self._stored.add_tasks([task]), recover=True)
 
     def remove(self, job: Job) -> None:
-        """Stop scheduling ``job``: its slots, catch-up, backups and manual runs; its live runs go on.
-        A job registered again under its name since (another :class:`Job`) is left alone."""
-        if self._roster.remove(job):
-            self._backups.forget_job(job.name)
+        """Stop scheduling the code's job ``job``: its slots, catch-up, backups and manual runs; its
+        live runs go on. A job registered again under its name since is left alone; a stored job of
+        that name (whose task is here) is scheduled in its place."""
+        self._stored.drop_code(job.name)
+        self._settle([job.name], recover=True)
+
+    # -- the Rescheduler role --------------------------------------------------------------
+
+    def apply_records(self, records: Iterable[StoredSchedule]) -> None:
+        """Schedule each name as its newest stored schedule says (a change of schedule plans the
+        new one's next slot, with no catch-up; a name no longer scheduled here is dropped)."""
+        self._settle(self._stored.apply(records), recover=False)
+
+    def stale(self, name: str) -> None:
+        """Read ``name``'s stored schedule again (from the claim pool), and apply it."""
+        self._tasks.submit(self._refresh, name)
+
+    def _refresh(self, name: str) -> None:
+        try:
+            record = self._instance.store.stored_schedule(name)
+        except StoreError as exc:  # the next poll brings the change
+            log.debug("leasecron: cannot read the stored schedule of job %r runner %r: %s", name, self.runner, exc)
+            return
+        if record is not None:
+            self.apply_records([record])
+
+    def _settle(self, names: Iterable[str], *, recover: bool) -> None:
+        """Make the roster hold, for each of ``names``, the job :class:`StoredJobs` makes of it;
+        plan a new one's slots (once booted: the boot plans every job itself)."""
+        with self._boot_lock:
+            booted = self._booted
+            changed = []
+            for name in names:
+                new, old = self._stored.job(name), self._roster.get(name)
+                if new is old:
+                    continue
+                if new is None:
+                    if old is not None and self._roster.remove(old):
+                        self._backups.forget_job(name)
+                        log.info("leasecron: dropped job %r runner %r: no longer scheduled here", name, self.runner)
+                    continue
+                self._roster.add([new])
+                changed.append((old, new))
+        for old, new in changed:
+            if old is not None:
+                line = "leasecron: rescheduled job %r runner %r: %s (%s, version %d)"
+                log.info(line, new.name, self.runner, new.schedule, new.source, new.version)
+            if booted:
+                self._timers.call_at(0, self._slots.plan, new, recover)
 
     def offer(self, job: Job, request: ManualRequest) -> None:
         """Claim a request for a manual run of ``job`` that this instance made, without waiting to poll."""

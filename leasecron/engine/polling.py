@@ -1,9 +1,11 @@
-"""The poll for requests of manual runs: one store call per ``poll_ms`` for all of an instance's jobs.
+"""The poll: one store call per ``poll_ms`` for all of an instance's jobs, for requests of manual
+runs and for changes of the stored schedules.
 
 Each pending request of a job registered here is claimed once, with reason
 ``manual`` (the store decides which instance runs it, rule 17); a request
 claimed elsewhere makes this instance a backup of its run, as for any run.
-``docs/design.rst``, "Manual runs", says more.
+The stored schedules changed since the last poll (after its cursor) go to
+the rescheduler. ``docs/design.rst``, "Manual runs", says more.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ..events import log
 from ..jobs import Job
 from ..runs import LATE_TOLERANCE_MS, Claim
 from ..states import Reason
-from .roles import Claimable, Instance, Sender
+from .roles import Claimable, Instance, Rescheduler, Sender
 
 __all__ = ["RequestPoller"]
 
@@ -28,15 +30,21 @@ class RequestPoller:
     pool, as are the claims (never in the scheduler thread); ``roster`` gives
     the job a name is scheduled as here (a request of another job is left to
     the instances that have it); ``claims`` sends a manual claim, or backs up
-    the run of a request claimed elsewhere. The first failed poll of a
+    the run of a request claimed elsewhere; ``schedules`` applies the stored
+    schedules that changed after :attr:`cursor`. The first failed poll of a
     streak is reported to the instance's events.
     """
 
-    def __init__(self, instance: Instance, poll_ms: int, *, roster: Claimable, claims: Sender) -> None:
+    def __init__(
+        self, instance: Instance, poll_ms: int, *, roster: Claimable, claims: Sender, schedules: Rescheduler
+    ) -> None:
         self._instance = instance
         self._poll_s = poll_ms / 1000
         self._roster = roster
         self._claims = claims
+        self._schedules = schedules
+        #: The store's count of schedule changes as of the last poll: the next asks for what came after.
+        self.cursor = 0
         self._lock = threading.Lock()
         #: Requests (job, slot_ms) whose claim is in flight: never claimed again meanwhile.
         self._in_flight: Set[Tuple[str, int]] = set()
@@ -58,7 +66,10 @@ class RequestPoller:
         """One call for every job's requests; the next poll is planned ``poll_ms`` after this one."""
         started = self._instance.clock.monotonic()
         try:
-            requests = self._instance.store.pending_requests()
+            polled = self._instance.store.poll(self.cursor)
+            if polled.schedules.changes:
+                self._schedules.apply_records(polled.schedules.changes)
+            self.cursor = max(self.cursor, polled.schedules.cursor)
         except Exception as exc:  # noqa: BLE001 - reported; the next poll tries again
             self._failed(exc)
             due = self._instance.clock.monotonic() + self._poll_s
@@ -66,7 +77,7 @@ class RequestPoller:
             if self._failing:
                 self._failing = False
                 log.info("leasecron: polled requests for manual runs again, runner %r", self._instance.runner)
-            self._claim_new(requests)
+            self._claim_new(polled.requests)
             due = started + self._poll_s
         self._instance.timers.call_at_monotonic(due, self._instance.tasks.submit, self._poll)
 

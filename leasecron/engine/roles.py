@@ -10,16 +10,19 @@ any object that plays the role.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Protocol, Tuple
+from typing import Any, Callable, Iterable, Optional, Protocol, Tuple
 
 from ..events import Emitter
 from ..jobs import Job
 from ..runs import Claim, Run
 from ..states import Reason
+from ..stored import StoredSchedule
 from ..stores import Store
 from .clock import StoreClock
 
-__all__ = ["Instance", "Timers", "Tasks", "Threads", "Claimable", "Starter", "Watcher", "Sender", "RunKey"]
+__all__ = [
+    "Instance", "Timers", "Tasks", "Threads", "Claimable", "Starter", "Watcher", "Sender", "Rescheduler", "RunKey",
+]  # fmt: skip
 
 #: What the store knows a run by: (job, slot_ms).
 RunKey = Tuple[str, int]
@@ -109,3 +112,13 @@ class Sender(Watcher, Protocol):
 
     def claim(self, job: Job, slot_ms: int, reason: Reason, max_late: Optional[int] = None) -> Optional[Claim]:
         """The answer, or None when the claim was not sent or got no answer."""
+
+
+class Rescheduler(Protocol):
+    """Applies the store's stored schedules to the jobs scheduled here."""
+
+    def apply_records(self, records: Iterable[StoredSchedule]) -> None:
+        """Schedule each name as its newest record says (records older than one seen are ignored)."""
+
+    def stale(self, name: str) -> None:
+        """A claim of ``name`` was answered ``stale``: read its stored schedule again, and apply it."""

@@ -37,13 +37,15 @@ class Slots:
         self._batches = batches
         self._backups = backups
 
-    def plan(self, job: Job) -> None:
-        """Plan ``job``'s next slot, and recover it (from the claim pool)."""
+    def plan(self, job: Job, recover: bool = True) -> None:
+        """Plan ``job``'s next slot, and recover it (from the claim pool) unless told not to: a job
+        whose schedule changed while it was scheduled here has no slot of the new one to catch up."""
         if not self._roster.may_claim(job):
             return
         slot = job.schedule.next_after(self._clock.now_ms())
         self._instance.timers.call_at(slot + jitter_ms(job), self._fire, job, slot)
-        self._instance.tasks.submit(self._recover, job)
+        if recover:
+            self._instance.tasks.submit(self._recover, job)
 
     def _fire(self, job: Job, slot_ms: int) -> None:
         """In the scheduler thread, at ``slot_ms`` + jitter: claim it, and plan the next slot."""

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tupl
 
 from leasecron import Context, Event, LeaseCron, Run, Store
 from leasecron.controls import ManualRequest
+from leasecron.stored import Poll
 from leasecron.stores import DelegatingStore
 from tests.helpers import wait_for
 
@@ -274,17 +275,17 @@ class Seen:
 
 
 class CountingPolls(DelegatingStore):
-    """A store that counts the calls of ``pending_requests()`` (an instance's polls for requests)."""
+    """A store that counts the calls of ``poll()`` (an instance's polls for requests and schedules)."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.polls = 0
         self._lock = threading.Lock()
 
-    def _pending_requests(self) -> List[ManualRequest]:
+    def _poll(self, since: int) -> Poll:
         with self._lock:
             self.polls += 1
-        return super()._pending_requests()
+        return super()._poll(since)
 
 
 def request_states(store: Store, job: str = "job") -> List[Tuple[int, str]]:

@@ -26,6 +26,7 @@ if str(REPO / "benchmarks") not in sys.path:
 from chaoslib.proxy import FaultyProxy  # noqa: E402
 
 import leasecron  # noqa: E402
+from leasecron.stored import Poll
 from leasecron import Claim, LeaseCron, MemoryStore, Store  # noqa: E402
 from leasecron.controls import ManualRequest  # noqa: E402
 from leasecron.stores import ClaimRequest, DelegatingStore  # noqa: E402
@@ -63,8 +64,8 @@ class DropsRepliesFromFirstClaim(DelegatingStore):
                 self.proxy.drop_replies()
         return super()._claim(request)
 
-    def _pending_requests(self) -> List[ManualRequest]:
-        return self.polls.pending_requests()
+    def _poll(self, since: int) -> Poll:
+        return self.polls.poll(since)
 
 
 def _proxied_url(backend: Backend, proxy: FaultyProxy, host: str, port: int) -> str:

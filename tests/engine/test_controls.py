@@ -16,6 +16,7 @@ from typing import Any, List
 
 import pytest
 
+from leasecron.stored import Poll
 from leasecron import ConfigError, LeaseCron, MemoryStore, Store
 from leasecron.controls import ManualRequest
 from leasecron.events import slot_text
@@ -138,10 +139,10 @@ class HeldPolls(CountingPolls):
         self.go = threading.Event()
         self.answered = 0
 
-    def _pending_requests(self) -> List[ManualRequest]:
+    def _poll(self, since: int) -> Poll:
         if self.answered >= 1:
             self.go.wait(10)
-        found = super()._pending_requests()
+        found = super()._poll(since)
         self.answered += 1  # polls are one at a time
         return found
 
@@ -278,7 +279,7 @@ def test_poll_ms_defaults_to_one_second() -> None:
 
 
 def test_each_instance_polls_once_per_poll_ms_whatever_the_number_of_its_jobs(make_cron: MakeCron) -> None:
-    """One pending_requests() call per poll_ms per instance: an instance of 40 jobs polls no more
+    """One poll() call per poll_ms per instance: an instance of 40 jobs polls no more
     often than one of a single job, and never more than once per poll_ms."""
     poll = 100
     counted = {jobs: CountingPolls(make_cron().store) for jobs in (1, 40)}

@@ -16,6 +16,7 @@ from typing import List, Tuple
 
 import pytest
 
+from leasecron.stored import Poll
 from leasecron import LeaseCron, MemoryStore, Store, StoreUnavailable
 from leasecron.controls import ManualRequest
 from leasecron.engine.store_calls import BACKOFF_FIRST_S
@@ -350,6 +351,9 @@ class Listed(DelegatingStore):
     def _pending_requests(self) -> List[ManualRequest]:
         return list(self.requests)
 
+    def _poll(self, since: int) -> Poll:
+        return Poll(list(self.requests), super()._schedule_changes(since))
+
     def _claim(self, request: ClaimRequest) -> Claim:
         if request.reason == "manual":
             self.manual_claims.append(request.slot_ms)
@@ -418,8 +422,8 @@ def test_a_request_runs_once_across_instances_at_the_next_poll_with_reason_manua
 
 
 @pytest.mark.parametrize("jobs", [1, 50])
-def test_one_pending_requests_call_per_poll_ms_whatever_the_number_of_jobs(jobs: int) -> None:
-    """An instance polls for requests once at boot and then once per poll_ms, for all of its jobs."""
+def test_one_poll_per_poll_ms_whatever_the_number_of_jobs(jobs: int) -> None:
+    """An instance polls (requests and schedules) once at boot and then once per poll_ms, for all of its jobs."""
     time = ManualTime(at(0.5))
     store = CountingPolls(MemoryStore(clock=time.store_ms))
     s = Stepped(at(0.5), time=time, store=store, poll_ms=250)

@@ -1,0 +1,135 @@
+"""Which job an instance schedules under each name: the code's jobs, the tasks, and the store's schedules.
+
+:class:`StoredJobs` holds what decides it: the jobs registered in code here, the tasks
+(``cron.task``), the instance's job defaults, and the newest record of the store's stored
+schedules it has seen for each name (read at start, then brought by each poll, or re-read after a
+claim was answered ``stale``). For each name it keeps the :class:`~leasecron.jobs.Job` that
+:func:`~leasecron.jobs.effective_job` makes of them, rebuilt only when one of them changes, so
+the engine can tell a change by identity: a job whose schedule changed is a new ``Job`` (with the
+record's version, which its claims carry: rule 23), the old one's slots are no longer claimed
+(:meth:`~leasecron.engine.roster.Roster.may_claim`), and a name that no longer resolves to a job
+here (a stored job deleted, or whose task this instance lacks) is dropped. A stored job this
+instance cannot run is reported once per version with a WARNING line.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+
+from ..errors import ConfigError
+from ..events import log
+from ..jobs import Job, Task, effective_job
+from ..states import ScheduleSource
+from ..stored import StoredSchedule
+
+__all__ = ["StoredJobs"]
+
+
+class StoredJobs:
+    """The job of each name here, from the ``code`` jobs, the tasks, the ``defaults`` and the
+    store's records (see the module docstring); ``runner`` names the instance in its warnings."""
+
+    def __init__(self, runner: str, defaults: Mapping[str, Any]) -> None:
+        self._runner = runner
+        self._defaults = dict(defaults)
+        self._lock = threading.Lock()
+        self._code: Dict[str, Job] = {}
+        self._tasks: Dict[str, Task] = {}
+        self._records: Dict[str, StoredSchedule] = {}
+        self._built: Dict[str, Optional[Job]] = {}
+        self._warned: Set[Tuple[str, int]] = set()
+
+    def set_code(self, jobs: Iterable[Job]) -> List[str]:
+        """Jobs registered in code here (a job of the same name replaced); the names they touch."""
+        with self._lock:
+            names = []
+            for job in jobs:
+                self._code[job.name] = job
+                names.append(job.name)
+            self._rebuild(names)
+            return names
+
+    def drop_code(self, name: str) -> None:
+        """Forget the job registered in code under ``name`` (``remove_job``)."""
+        with self._lock:
+            self._code.pop(name, None)
+            self._rebuild([name])
+
+    def add_tasks(self, tasks: Iterable[Task]) -> List[str]:
+        """Tasks registered here; the names of the stored jobs that run them."""
+        with self._lock:
+            for task in tasks:
+                self._tasks[task.name] = task
+            names = [n for n, r in self._records.items() if r.source == ScheduleSource.STORED and r.task in self._tasks]
+            self._rebuild(names)
+            return names
+
+    def apply(self, records: Iterable[StoredSchedule]) -> List[str]:
+        """Records read from the store; the names whose record is newer than the one seen."""
+        with self._lock:
+            names = []
+            for record in records:
+                seen = self._records.get(record.job)
+                if seen is not None and seen.version >= record.version:
+                    continue
+                self._records[record.job] = record
+                names.append(record.job)
+            self._rebuild(names)
+            return names
+
+    def job(self, name: str) -> Optional[Job]:
+        """The job scheduled here under ``name``, or None."""
+        with self._lock:
+            return self._built.get(name)
+
+    def jobs(self) -> List[Job]:
+        """Every job scheduled here, by name."""
+        with self._lock:
+            return [job for _, job in sorted(self._built.items()) if job is not None]
+
+    def version(self, name: str) -> int:
+        """The version of the newest record seen for ``name`` (0: none)."""
+        with self._lock:
+            record = self._records.get(name)
+            return 0 if record is None else record.version
+
+    def _rebuild(self, names: Iterable[str]) -> None:
+        for name in names:
+            record = self._records.get(name)
+            try:
+                job = effective_job(name, self._code.get(name), record, self._tasks, self._defaults)
+            except ConfigError as exc:
+                self._warn(record, f"its options do not go with this instance's: {exc}")
+                job = None
+            if job is None and record is not None and record.source == ScheduleSource.STORED:
+                if name in self._code:
+                    self._warn(record, "a job registered in code here has its name; the code's job runs here")
+                elif record.task not in self._tasks:
+                    self._warn(record, f"this instance has no task {record.task!r} (cron.task)")
+            before = self._built.get(name)
+            if job is not None and before is not None and _same(before, job):
+                continue
+            self._built[name] = job
+
+    def _warn(self, record: Optional[StoredSchedule], why: str) -> None:
+        if record is None or (record.job, record.version) in self._warned:
+            return
+        self._warned.add((record.job, record.version))
+        line = "leasecron: skipping stored job %r version %d runner %r: %s"
+        log.warning(line, record.job, record.version, self._runner, why)
+
+
+def _same(before: Job, after: Job) -> bool:
+    """Whether two builds of a name's job are the same job (so the one scheduled stays): the same
+    version and source, options and handler (a stored job's: the same task with the same kwargs)."""
+    return (before.version, before.source, before.options, _handler(before)) == (
+        after.version, after.source, after.options, _handler(after))  # fmt: skip
+
+
+def _handler(job: Job) -> Tuple[Any, Any]:
+    func = job.func
+    if isinstance(func, functools.partial):
+        return func.func, func.keywords
+    return func, None
