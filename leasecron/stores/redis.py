@@ -2,11 +2,24 @@
 
 Each operation that writes is one Lua script of ``stores/lua/`` run with one ``EVALSHA``: the
 script reads the server's clock with ``TIME``, decides and writes atomically, so no decision
-spans two round trips. One job's state is six keys in one hash tag (a cluster keeps them on one
-slot); the three keys of the whole store (``jobs``, ``controlled``, ``pending``) live on other
-slots, and the store writes them in calls of their own, ordered so that a crash between two calls
-leaves nothing harmful. ``docs/design.rst`` (The stores) lays out the keys and that order;
-:class:`~leasecron.stores.redis_calls.RedisCalls` makes the calls.
+spans two round trips. One job's state is seven keys in one hash tag (a cluster keeps them on one
+slot); the keys of the whole store (``jobs``, ``controlled``, ``pending``, and the changelog of
+stored schedules) live on other slots, and the store writes them in calls of their own, ordered
+so that a crash between two calls leaves nothing harmful. ``docs/design.rst`` (The stores) lays
+out the keys and that order; :class:`~leasecron.stores.redis_calls.RedisCalls` makes the calls.
+
+Stored schedules (rules 23 and 24): the truth of a job's schedule is its ``schedule`` key, in the
+job's hash tag, so claim.lua checks a claim's version against it in the claim's own script (one
+``HGET``, no round trip more). ``set_schedule`` raises the version there (schedule.lua), then
+adds the record to the changelog (changes.lua: a counter that is the cursor, the jobs by the
+cursor of their newest change, their records), whose keys share a hash tag of their own, as the
+index of requests (index.lua) lives outside every job's. Outside a cluster both scripts go in one
+``MULTI``/``EXEC``: one round trip, atomic together. On a cluster they are two calls on two
+slots: the job's key is the truth for fencing, so an instance that misses a change (a crash
+between the calls, or a change reaching the changelog after a newer one, which it keeps) has its
+claims from the old version answered ``stale`` and reads the job's ``stored_schedule`` again.
+``poll`` reads the index and the changelog in one pipeline (one round trip, one per node of a
+cluster). A keyspace of 0.2 has no ``schedule`` key: every job reads as version 0, unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from ..errors import ConfigError, StoreError
 from ..limits import check_int
 from ..runs import Claim, Run
 from ..states import RequestState
+from ..stored import Poll, ScheduleChanges, StoredSchedule
 from . import require
 from .claim_request import ClaimRequest
 from .base import Store
@@ -28,12 +42,14 @@ from .redis_calls import RedisCalls
 from .redis_clients import DEFAULT_REPLICA_WAIT_MS, open_client
 from .redis_server import durability_warnings, replication_lines, server_version
 from .redis_scripts import (
-    claim_args, control_keys, index_member, job_keys, read_claim, read_index, read_run, read_runs, read_state, text,
+    changelog_keys, claim_args, control_keys, index_member, job_keys, read_changes, read_claim, read_index, read_run,
+    read_runs, read_schedule, read_state, schedule_args, schedule_key, text,
 )  # fmt: skip
 
-__all__ = ["RedisStore", "job_keys", "control_keys"]
+__all__ = ["RedisStore", "job_keys", "control_keys", "schedule_key", "changelog_keys"]
 
 log = logging.getLogger("leasecron")
+
 
 class RedisStore(Store):
     """The store contract on Redis or Valkey (``redis://``, ``rediss://``,
@@ -213,6 +229,22 @@ class RedisStore(Store):
         self._calls.index(doing, "add", index_member(job, slot, by), expires, write=True)
         return ManualRequest(job, slot, by, expires, RequestState.PENDING)
 
+    def _set_schedule(
+        self,
+        job: str,
+        by: str,
+        source: str,
+        schedule: Optional[str],
+        tz: Optional[str],
+        task: Optional[str],
+        kwargs: Dict[str, Any],
+        options: Dict[str, Any],
+    ) -> StoredSchedule:
+        """schedule.lua (rule 24) and the changelog's change, in one round trip but on a cluster
+        (:meth:`RedisCalls.set_schedule <leasecron.stores.redis_calls.RedisCalls.set_schedule>`)."""
+        args = schedule_args(by, source, schedule, tz, task, kwargs, options)
+        return read_schedule(job, self._calls.set_schedule(job, args))
+
     # -- the contract's reads (arguments checked by StoreReads) --------------------------
 
     def now_ms(self) -> int:
@@ -238,6 +270,19 @@ class RedisStore(Store):
 
     def _pending_requests(self) -> List[ManualRequest]:
         return read_index(self._calls.index("reading the pending requests", "read"))
+
+    def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        key = schedule_key(self.prefix, job)
+        fields = self._calls.call(f"reading the schedule of {job!r}", self.client.hgetall, key)
+        return read_schedule(job, fields) if fields else None
+
+    def _schedule_changes(self, since: int) -> ScheduleChanges:
+        return read_changes(since, self._calls.changelog("reading the schedule changes", "read", since))
+
+    def _poll(self, since: int) -> Poll:
+        """index.lua's and changes.lua's reads in one pipeline: one round trip, one per node of a cluster."""
+        requests, changes = self._calls.poll(since)
+        return Poll(read_index(requests), read_changes(since, changes))
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         raw = self._calls.call(f"reading {job!r}", self.client.hget, job_keys(self.prefix, job)[0], str(slot_ms))

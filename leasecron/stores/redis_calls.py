@@ -1,11 +1,12 @@
 """How a :class:`~leasecron.stores.redis.RedisStore` calls its server: :class:`RedisCalls`.
 
 One command, one script on one job's keys, one script for many jobs in one pipeline (one round
-trip, one per node of a cluster, each call atomic on its own), the index of open requests, and
-the names in a set each read with a pipeline of plain commands. The one idea: every redis-py
-error leaves here as a :class:`~leasecron.StoreError` (or :class:`~leasecron.StoreUnavailable`)
-that names what was being done; and a write the store's replicas did not confirm in time is
-never answered (rule 22).
+trip, one per node of a cluster, each call atomic on its own), the index of open requests, the
+changelog of stored schedules (written with the job's own script in one ``MULTI``/``EXEC``, but
+on a cluster), a poll of both in one pipeline, and the names in a set each read with a pipeline
+of plain commands. The one idea: every redis-py error leaves here as a
+:class:`~leasecron.StoreError` (or :class:`~leasecron.StoreUnavailable`) that names what was
+being done; and a write the store's replicas did not confirm in time is never answered (rule 22).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import StoreUnavailable
 
-from .redis_scripts import Wait, load_scripts, text
+from .redis_scripts import ScriptCall, Wait, changelog_keys, load_scripts, run_scripts, schedule_key, text
 from .redis_server import store_error
 
 __all__ = ["RedisCalls"]
@@ -41,6 +42,10 @@ class RedisCalls:
         self.scripts = load_scripts()
         #: The index of open requests, which index.lua keeps.
         self.pending_key = f"{prefix}:pending"
+        #: The changelog of stored schedules, which changes.lua keeps.
+        self.changelog_keys = changelog_keys(prefix)
+        #: Whether the client is a Cluster's: the changelog then lies on another node than a job's keys.
+        self.cluster = isinstance(client, redis.RedisCluster)
 
     def call(self, doing: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, a redis-py error raised as the store's error for ``doing``."""
@@ -77,14 +82,71 @@ class RedisCalls:
 
     def index(self, doing: str, *args: Union[str, int], write: bool = False) -> Any:
         """index.lua on the index of open requests; a ``write`` waits for the replicas (rule 22)."""
-        script = self.scripts["index"]
+        return self._outside_jobs("index", [self.pending_key], doing, args, write)
+
+    def changelog(self, doing: str, *args: Union[str, int], write: bool = False) -> Any:
+        """changes.lua on the changelog of stored schedules; a ``write`` waits for the replicas (rule 22)."""
+        return self._outside_jobs("changes", list(self.changelog_keys), doing, args, write)
+
+    def _outside_jobs(
+        self, name: str, keys: List[str], doing: str, args: Sequence[Union[str, int]], write: bool
+    ) -> Any:
+        script = self.scripts[name]
         if not write or self.wait is None:
-            return self.call(doing, script, self.client, [self.pending_key], args)
-        (reply,), acks = self.call(doing, script.many, self.client, [([self.pending_key], args)], self.wait)
-        if isinstance(reply, Exception):
-            raise store_error(self._redis, reply, doing) from reply
+            return self.call(doing, script, self.client, keys, args)
+        (reply,), acks = self.at_once(doing, [(script, keys, args)], self.wait)
         self.confirm(acks, True, doing)
         return reply
+
+    def at_once(
+        self, doing: str, calls: Sequence[ScriptCall], wait: Wait = None, transaction: bool = False
+    ) -> Tuple[List[Any], Optional[int]]:
+        """:func:`~leasecron.stores.redis_scripts.run_scripts`: ``calls`` in one round trip (one per
+        node of a cluster), with ``transaction`` in one ``MULTI``/``EXEC``; the replies, and with
+        ``wait`` how many replicas confirmed them. A call the server refused raises."""
+        replies, acks = self.call(doing, run_scripts, self.client, calls, wait, transaction)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise store_error(self._redis, reply, doing) from reply
+        return replies, acks
+
+    def set_schedule(self, job: str, args: Sequence[str]) -> Any:
+        """schedule.lua on ``job``'s keys with ``args``, then changes.lua adding the record it
+        returns to the changelog; its reply (the record), once the replicas hold both (rule 22).
+
+        Outside a cluster both go in one ``MULTI``/``EXEC`` (one round trip, atomic together):
+        changes.lua reads the record from the job's schedule key. On a cluster they are two calls
+        on two nodes, the second given the record, and sent only once the replicas hold the first
+        (the changelog never lists a change a failover may lose): a failure between them leaves
+        the change in the job's key, which fences claims (rule 23), and out of the changelog until
+        the job's next change; the call raises, saying so."""
+        doing = f"set_schedule of {job!r}"
+        schedule, changes = self.scripts["schedule"], self.scripts["changes"]
+        keys = schedule.job_keys(self.prefix, job)
+        if not self.cluster:
+            add = (changes, [*self.changelog_keys, schedule_key(self.prefix, job)], ("add", job))
+            (record, _), acks = self.at_once(doing, [(schedule, keys, args), add], self.wait, transaction=True)
+            self.confirm(acks, True, doing)
+            return record
+        (record,), acks = self.at_once(doing, [(schedule, keys, args)], self.wait)
+        self.confirm(acks, True, doing)
+        doing = (
+            f"adding the schedule of {job!r} to the changelog (it is stored, and claims from an older version are"
+            " answered stale, but instances learn of it only from them: set it again)"
+        )
+        self.changelog(doing, "add", job, *(text(part) for part in record), write=True)
+        return record
+
+    def poll(self, since: int) -> Tuple[Any, Any]:
+        """index.lua's and changes.lua's reads in one pipeline (one round trip, one per node of a
+        cluster): the open requests, and the changes after cursor ``since``."""
+        index, changes = self.scripts["index"], self.scripts["changes"]
+        calls: List[ScriptCall] = [
+            (index, [self.pending_key], ("read",)),
+            (changes, self.changelog_keys, ("read", since)),
+        ]
+        (requests, changed), _ = self.at_once("polling the requests and the schedule changes", calls)
+        return requests, changed
 
     def script_many(
         self, name: str, jobs: Sequence[str], args: Sequence[Sequence[Union[str, int]]], doing: str, wait: Wait = None

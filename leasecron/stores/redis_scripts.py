@@ -2,12 +2,13 @@
 
 :class:`~leasecron.stores.redis.RedisStore` explains the keys and why they
 are laid out so. This module names them (:func:`job_keys`,
-:func:`control_keys`), loads the scripts of ``stores/lua/`` with the numbers
-of the protocol rendered in (:func:`load_scripts`), and turns the scripts'
-replies into the public values: runs (checked by
-:func:`~leasecron.stores.records.read_record`), job states and requests, each
-a :class:`~leasecron.StoreError` naming its job and slot when what was
-stored was tampered with.
+:func:`control_keys`, :func:`schedule_key`, :func:`changelog_keys`), loads the
+scripts of ``stores/lua/`` with the numbers of the protocol rendered in
+(:func:`load_scripts`), runs several in one round trip (:func:`run_scripts`),
+and turns the scripts' replies into the public values: runs (checked by
+:func:`~leasecron.stores.records.read_record`), job states and requests, and
+stored schedules, each a :class:`~leasecron.StoreError` naming its job (and
+slot) when what was stored was tampered with.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from urllib.parse import quote
 from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
 from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
-from ..states import Outcome, RequestState
+from ..states import Outcome, RequestState, ScheduleSource
+from ..stored import ScheduleChanges, StoredSchedule
 from . import require
 from .base import REQUESTS_KEPT
 from .claim_request import ClaimRequest
@@ -34,6 +36,9 @@ __all__ = [
     "load_scripts",
     "job_keys",
     "control_keys",
+    "schedule_key",
+    "changelog_keys",
+    "run_scripts",
     "text",
     "read_run",
     "read_runs",
@@ -42,13 +47,17 @@ __all__ = [
     "read_state",
     "index_member",
     "read_index",
+    "schedule_args",
+    "read_schedule",
+    "read_changes",
 ]
 
 _SAFE = "._-"  # with letters and digits: the bytes a job name keeps in its key
 
-#: The scripts of ``stores/lua/``, each with how many of a job's keys it takes (0: none, see index.lua).
+#: The scripts of ``stores/lua/``, each with how many of a job's keys it takes (0: none, see index.lua
+#: and changes.lua).
 SCRIPT_KEYS = {
-    "claim": 6,
+    "claim": 7,
     "heartbeat": 4,
     "finish": 4,
     "release": 4,
@@ -56,15 +65,24 @@ SCRIPT_KEYS = {
     "pause": 6,
     "state": 6,
     "request": 6,
+    "schedule": 7,
     "index": 0,
+    "changes": 0,
 }
+#: The hash tag of the changelog of stored schedules: no job's can be it (a job's tag is its name
+#: quoted, which never keeps a colon).
+CHANGELOG_TAG = "{:schedules}"
 
 
 @functools.lru_cache(maxsize=4096)  # every call of a script names its job's keys: built once per job
-def _all_keys(prefix: str, job: str) -> Tuple[str, str, str, str, str, str]:
-    """The six keys of ``job`` in one hash tag: runs, slots, running, finished, paused, requests."""
+def _all_keys(prefix: str, job: str) -> Tuple[str, str, str, str, str, str, str]:
+    """The seven keys of ``job`` in one hash tag: runs, slots, running, finished, paused, requests,
+    schedule."""
     tag = f"{prefix}:{{{quote(job, safe=_SAFE)}}}"
-    return f"{tag}:runs", f"{tag}:slots", f"{tag}:running", f"{tag}:finished", f"{tag}:paused", f"{tag}:requests"
+    return (
+        f"{tag}:runs", f"{tag}:slots", f"{tag}:running", f"{tag}:finished", f"{tag}:paused", f"{tag}:requests",
+        f"{tag}:schedule",
+    )  # fmt: skip
 
 
 def job_keys(prefix: str, job: str) -> Tuple[str, str, str, str]:
@@ -75,8 +93,20 @@ def job_keys(prefix: str, job: str) -> Tuple[str, str, str, str]:
 
 def control_keys(prefix: str, job: str) -> Tuple[str, str]:
     """The two keys of ``job``'s controls (paused, requests), in the hash tag of its runs."""
-    paused, requests = _all_keys(prefix, job)[4:]
+    paused, requests = _all_keys(prefix, job)[4:6]
     return paused, requests
+
+
+def schedule_key(prefix: str, job: str) -> str:
+    """The key of ``job``'s stored schedule (rules 23 and 24), in the hash tag of its runs."""
+    return _all_keys(prefix, job)[6]
+
+
+def changelog_keys(prefix: str) -> Tuple[str, str, str]:
+    """The changelog of stored schedules (changes.lua), in a hash tag of its own: the cursor, the
+    jobs by the cursor of their newest change, and their newest records."""
+    tag = f"{prefix}:{CHANGELOG_TAG}"
+    return f"{tag}:cursor", f"{tag}:changed", f"{tag}:records"
 
 
 class Script:
@@ -107,53 +137,75 @@ class Script:
     def many(
         self, client: Any, calls: Sequence[Tuple[Sequence[str], Sequence[Union[str, int]]]], wait: Wait = None
     ) -> Tuple[List[Any], Optional[int]]:
-        """Each of ``calls`` (keys, args) in one pipeline: one round trip (one per node of a
-        cluster), each script atomic on its own; the replies in order, an error in the place of a
-        call that failed. Calls the server answered ``NOSCRIPT`` (it ran nothing for them) are sent
-        again, once the script is loaded. With ``wait`` (replicas, ms), a ``WAIT`` follows the calls
-        on each node, in the same round trip: the fewest replicas that confirmed them comes second
-        (None without ``wait``)."""
-        replies, acks = _pipelined(client, [(self.sha, keys, args) for keys, args in calls], wait)
-        missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
-        if missing:
-            client.script_load(self.source)
-            again, acks_again = _pipelined(client, [(self.sha, *calls[i]) for i in missing], wait)
-            for i, reply in zip(missing, again):
-                replies[i] = reply
-            acks = None if acks is None or acks_again is None else min(acks, acks_again)
-        return replies, acks
+        """Each of ``calls`` (keys, args) in one pipeline (:func:`run_scripts`): one round trip (one
+        per node of a cluster), each script atomic on its own; the replies in order, an error in the
+        place of a call that failed. With ``wait`` (replicas, ms), the fewest replicas that
+        confirmed them comes second (None without ``wait``)."""
+        return run_scripts(client, [(self, keys, args) for keys, args in calls], wait)
 
 
 #: A write's wait for its replicas: (how many, for at most how many ms), or None for none.
 Wait = Optional[Tuple[int, int]]
+#: One call of a script: the script, its keys and its args.
+ScriptCall = Tuple[Script, Sequence[str], Sequence[Union[str, int]]]
+
+
+def run_scripts(
+    client: Any, calls: Sequence[ScriptCall], wait: Wait = None, transaction: bool = False
+) -> Tuple[List[Any], Optional[int]]:
+    """Each of ``calls`` in one pipeline: one round trip (one per node of a cluster), each script
+    atomic on its own, or with ``transaction`` all of them in one ``MULTI``/``EXEC``, atomic
+    together (never on a cluster: its calls may lie on several nodes). The replies in order, an
+    error in the place of a call that failed. Calls the server answered ``NOSCRIPT`` (it ran
+    nothing for them) are sent again once their scripts are loaded: those alone, or in a
+    transaction each call from the first of them on (the later ones ran without it). With
+    ``wait`` (replicas, ms), a ``WAIT`` follows the calls on each node, in the same round trip:
+    the fewest replicas that confirmed them comes second (None without ``wait``)."""
+    replies, acks = _pipelined(client, calls, wait, transaction)
+    missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
+    if missing:
+        for script in {calls[i][0].name: calls[i][0] for i in missing}.values():
+            client.script_load(script.source)
+        again = list(range(missing[0], len(calls))) if transaction else missing
+        replies_again, acks_again = _pipelined(client, [calls[i] for i in again], wait, transaction)
+        for i, reply in zip(again, replies_again):
+            replies[i] = reply
+        acks = None if acks is None or acks_again is None else min(acks, acks_again)
+    return replies, acks
 
 
 def _pipelined(
-    client: Any, calls: Sequence[Tuple[str, Sequence[str], Sequence[Union[str, int]]]], wait: Wait = None
+    client: Any, calls: Sequence[ScriptCall], wait: Wait = None, transaction: bool = False
 ) -> Tuple[List[Any], Optional[int]]:
-    pipe = client.pipeline(transaction=False)
+    pipe = client.pipeline(transaction=False)  # a MULTI of its own: the WAIT must follow the EXEC
     # A cluster pipeline of redis-py 8 asks a node for the keys of each EVALSHA (COMMAND GETKEYS,
     # a round trip per call) unless it is told the node: the node holding the call's first key
     # (a job's keys share one slot). A call redirected (MOVED) is sent again by slot, as usual.
-    node_of = getattr(client, "get_node_from_key", None)
+    node_of = None if transaction else getattr(client, "get_node_from_key", None)
     nodes: Dict[str, Any] = {}
-    for sha, keys, args in calls:
+    if transaction:
+        pipe.execute_command("MULTI")
+    for script, keys, args in calls:
         options = {"target_nodes": node_of(keys[0])} if node_of is not None and keys else {}
         if options:
             nodes.setdefault(options["target_nodes"].name, options["target_nodes"])
-        pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args, **options)
-    if wait is None:
-        return list(pipe.execute(raise_on_error=False)), None
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **options)
+    if transaction:
+        pipe.execute_command("EXEC")
     # rule 22: WAIT on each connection that wrote, after its writes (a cluster: one per node)
-    targets = [{"target_nodes": node} for node in nodes.values()] or [{}]
+    targets = [] if wait is None else [{"target_nodes": node} for node in nodes.values()] or [{}]
     for options in targets:
-        pipe.execute_command("WAIT", *wait, **options)
+        pipe.execute_command("WAIT", *wait, **options)  # type: ignore[misc]
     replies = list(pipe.execute(raise_on_error=False))
-    acks = replies[len(calls) :]
+    acks = replies[len(replies) - len(targets) :]
     failed = next((reply for reply in acks if isinstance(reply, Exception)), None)
+    if transaction:  # MULTI's OK, a QUEUED per call (else EXEC refuses them all), EXEC's list of the replies
+        failed = failed or next((reply for reply in replies[: len(calls) + 2] if isinstance(reply, Exception)), None)
     if failed is not None:
         raise failed
-    return replies[: len(calls)], min(int(reply) for reply in acks)
+    if transaction:
+        replies = list(replies[len(calls) + 1])
+    return replies[: len(calls)], min(int(reply) for reply in acks) if targets else None
 
 
 def _no_script(reply: Any) -> bool:
@@ -241,6 +293,7 @@ def claim_args(request: ClaimRequest) -> Tuple[Union[str, int], ...]:
     args: Tuple[Union[str, int], ...] = (
         request.slot_ms, new_token() if request.token is None else request.token, request.runner, request.reason,
         request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap, request.history_size,
+        request.version,
     )  # fmt: skip
     if request.token is not None:  # a new token for a next attempt, which must not get ``token``
         args += (new_token(),)
@@ -341,3 +394,61 @@ def read_index(reply: Sequence[Any]) -> List[ManualRequest]:
             raise StoreError(f"the index of pending requests holds {shown(member)}, no request: {exc}") from exc
         found.append(request)
     return sorted(found, key=lambda r: (r.slot_ms, r.job))
+
+
+def schedule_args(
+    by: str,
+    source: str,
+    schedule: Optional[str],
+    tz: Optional[str],
+    task: Optional[str],
+    kwargs: Dict[str, Any],
+    options: Dict[str, Any],
+) -> Tuple[str, ...]:
+    """schedule.lua's ARGV for a record (see the script's header): its fields as field, value,
+    ..., those it has not left out; ``kwargs`` and ``options`` as JSON text, which Lua keeps as
+    it is (its integers stay exact)."""
+    fields: List[Tuple[str, Optional[str]]] = [("source", source), ("by", by), ("schedule", schedule), ("tz", tz),
+                                               ("task", task)]  # fmt: skip
+    if task is not None:  # a stored job's; the others' are empty
+        fields += [("kwargs", _json_text(kwargs)), ("options", _json_text(options))]
+    return tuple(part for field, value in fields if value is not None for part in (field, value))
+
+
+def _json_text(value: Dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def read_schedule(job: str, reply: Union[Sequence[Any], Dict[Any, Any]]) -> StoredSchedule:
+    """The stored schedule of ``job`` from its fields: a flat reply (field, value, ...) or a dict
+    (``HGETALL``); StoreError naming the job if it was tampered with."""
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    fields = {text(field): text(value) for field, value in pairs}
+    try:
+        source, by = fields.get("source"), fields.get("by")
+        if source not in ScheduleSource.values() or not isinstance(by, str):
+            raise ValueError(f"source {shown(source)} or by {shown(by)} is not one a schedule has")
+        kwargs, options = (json.loads(fields.get(name, "{}")) for name in ("kwargs", "options"))
+        if not isinstance(kwargs, dict) or not isinstance(options, dict):
+            raise ValueError(f"kwargs {shown(kwargs)} or options {shown(options)} is no JSON object")
+        return StoredSchedule(
+            job, _int(fields.get("version")), source, fields.get("schedule"), fields.get("tz"), fields.get("task"),
+            kwargs, options, by, _int(fields.get("ms")),
+        )  # fmt: skip
+    except (TypeError, ValueError) as exc:  # a JSON error is a ValueError
+        raise StoreError(f"the stored schedule of job {job!r} is unreadable: {exc}") from exc
+
+
+def read_changes(since: int, reply: Sequence[Any]) -> ScheduleChanges:
+    """The answer of changes.lua's ``read`` after cursor ``since``: {cursor, job, record JSON, ...}."""
+    changes = tuple(_change(text(job), raw) for job, raw in zip(reply[1::2], reply[2::2]))
+    return ScheduleChanges(max(since, _int(reply[0])), changes)
+
+
+def _change(job: str, raw: Optional[Union[str, bytes]]) -> StoredSchedule:
+    """The changelog's record of ``job``, JSON ``raw``."""
+    unreadable = f"the changelog's record of {job!r} is unreadable"
+    record = None if raw is None else _json(raw, lambda: unreadable)
+    if not isinstance(record, dict):
+        raise StoreError(f"{unreadable}: {shown(record)} is no JSON object")
+    return read_schedule(job, record)

@@ -1,6 +1,7 @@
 """What only the Redis/Valkey store has: its URLs, a user's own client, its keys, one round
-trip per operation, exact big integers in Lua, the server's name, a real cluster, and the
-error texts its Lua builds itself.
+trip per operation, exact big integers in Lua, the server's name, a real cluster, the
+error texts its Lua builds itself, and the keys, changelog and round trips of stored schedules
+(with a keyspace of 0.2 taking them).
 
 The store contract itself is proved for every backend by ``tests/stores/test_contract.py``;
 nothing here repeats a rule of it. Every test runs on a real server: the session servers of
@@ -28,10 +29,11 @@ import leasecron
 from leasecron import ConfigError, Run, Store, StoreError, StoreUnavailable
 from leasecron.controls import JobState
 from leasecron.runs import Attempt, slot_datetime
-from leasecron.stores.redis import RedisStore, control_keys, job_keys
-from leasecron.stores.redis_scripts import index_member
+from leasecron.stored import Poll, ScheduleChanges
+from leasecron.stores.redis import RedisStore, changelog_keys, control_keys, job_keys, schedule_key
+from leasecron.stores.redis_scripts import index_member, load_scripts, schedule_args
 from tests import servers
-from tests.conftest import SERVERS, Backend, ClusterBackend, RedisBackend, ValkeyBackend, required_binary
+from tests.conftest import BACKENDS, SERVERS, Backend, ClusterBackend, RedisBackend, ValkeyBackend, required_binary
 from tests.helpers import wait_for
 
 LONG = 30_000  # a lease that stays alive for the whole test
@@ -277,6 +279,9 @@ def test_a_users_client_works_and_close_leaves_it_open(redis_like: Backend, deco
         manual = store.claim("job", made.slot_ms, runner="r", reason="manual", overlap="allow").run
         assert manual is not None and [a.outcome for a in manual.attempts] == ["running"]
         assert store.pending_requests() == [dataclasses.replace(made, state="claimed")]
+        record = store.set_schedule("job", by="ops ✓", schedule=30, task="t ✓", kwargs={"n": 2**60, "s": "✓"})
+        assert store.stored_schedule("job") == record and record.updated_by == "ops ✓"
+        assert store.poll(0) == Poll([dataclasses.replace(made, state="claimed")], ScheduleChanges(1, (record,)))
 
         connection_id = client.client_id()
         store.close()
@@ -1087,3 +1092,286 @@ def test_hundreds_of_calls_at_once_wait_for_a_connection_instead_of_failing(redi
     assert len(store.jobs()) == 400
     assert len(pool._connections) <= 64  # type: ignore[attr-defined]
     store.close()
+
+
+# -- 10. stored schedules: their keys, the changelog, round trips, a 0.2 keyspace ---------------------------
+
+
+def test_a_0_2_keyspace_keeps_its_runs_and_controls_and_takes_stored_schedules(redis_like: Backend) -> None:
+    """A keyspace written by 0.2 (runs, a run of 0.1, a pause and a request; no job has a schedule
+    key) reads as before: every job at version 0, nothing stored, no change. Its claims from
+    version 0 win; once a job's schedule is set, its runs and controls are untouched, its claims
+    from version 0 are stale and those from the new version decided as before."""
+    store = redis_like.open()
+    prefix = redis_like.namespace
+    client = node_client(redis_like)
+    try:
+        slot = recent_second(store, ago_s=20)
+        done = store.claim("done", slot, runner="r", lease_ms=LONG).run
+        assert done is not None and store.finish("done", slot, done.token, "success")
+        assert store.claim("live", slot, runner="r", lease_ms=LONG).won
+        write_run_of_0_1(client, prefix, "older", slot, status="success", finished_ms=str(slot + 500))
+        store.pause("paused", by="ops", note="why")
+        made = store.request_run("asked", by="ops")
+        names = ["done", "live", "older", "paused", "asked"]
+        before = {name: (store.runs(name), store.job_state(name)) for name in names}
+        assert not [key for key in keys_under(client, prefix) if key.endswith(":schedule") or ":{:" in key]
+        assert [store.stored_schedule(name) for name in names] == [None] * len(names)
+        assert store.schedule_changes(0) == ScheduleChanges(0, ()) and store.poll(0).requests == [made]
+
+        assert store.claim("older", slot + 1_000, runner="r", max_late_ms=ANY_AGE).won  # version 0: as in 0.2
+        changed = {name: store.set_schedule(name, by="ops", schedule=60) for name in ("done", "live", "paused")}
+        assert {name: record.version for name, record in changed.items()} == {"done": 1, "live": 1, "paused": 1}
+        for name in ("done", "live", "paused", "asked"):
+            assert (store.runs(name), store.job_state(name)) == before[name], name
+        assert store.claim("done", slot + 1_000, runner="r", max_late_ms=ANY_AGE).outcome == "stale"
+        assert store.claim("done", slot + 1_000, runner="r", max_late_ms=ANY_AGE, version=1).won
+        assert store.claim("live", slot, runner="r2").outcome == "running"  # a slot with a run: as before
+        assert store.claim("paused", slot, runner="r", max_late_ms=ANY_AGE).outcome == "stale"
+        assert store.claim("paused", slot, runner="r", max_late_ms=ANY_AGE, version=1).outcome == "paused"
+        assert store.claim("asked", made.slot_ms, runner="r", reason="manual").won
+        assert [r.job for r in store.schedule_changes(0).changes] == ["done", "live", "paused"]
+    finally:
+        client.close()
+
+
+def test_the_keys_of_stored_schedules_are_exactly_the_documented_ones(redis_like: Backend) -> None:
+    """set_schedule writes the job's schedule key (a hash in its runs' hash tag: version and ms as
+    decimal text, kwargs and options as the JSON text Python wrote) and the changelog's three keys,
+    which share the hash tag ``:schedules``, one no job name can get. SCAN MATCH <prefix>:* on a
+    fresh prefix; a record gone back to the code keeps only version, ms, source and by."""
+    store = redis_like.open()
+    prefix = redis_like.namespace
+    client = node_client(redis_like)
+    try:
+        cursor, changed, records = changelog_keys(prefix)
+        kwargs = {"n": 2**64 + 1, "to": "ä/b"}
+        record = store.set_schedule("job", by="app", schedule="*/5 * * * *", tz="Europe/Berlin", task="t",
+                                    kwargs=kwargs, options={"lease_ms": 5000})  # fmt: skip
+        key = schedule_key(prefix, "job")
+        assert keys_under(client, prefix) == {key, cursor, changed, records}
+        assert [client.type(k) for k in (key, cursor, changed, records)] == [b"hash", b"string", b"zset", b"hash"]
+        assert client.hgetall(key) == {
+            b"version": b"1", b"ms": str(record.updated_ms).encode(), b"source": b"stored", b"by": b"app",
+            b"schedule": b"*/5 * * * *", b"tz": b"Europe/Berlin", b"task": b"t",
+            b"kwargs": json.dumps(kwargs, ensure_ascii=False, separators=(",", ":")).encode(),
+            b"options": b'{"lease_ms":5000}',
+        }  # fmt: skip
+        fields = {k.decode(): v.decode() for k, v in client.hgetall(key).items()}
+        assert json.loads(client.hget(records, "job")) == fields
+        assert (client.get(cursor), client.zscore(changed, "job")) == (b"1", 1.0)
+        store.set_schedule("job", by="ops")
+        assert set(client.hgetall(key)) == {b"version", b"ms", b"source", b"by"}
+
+        assert {hash_tag(k) for k in (cursor, changed, records)} == {":schedules"}
+        assert hash_tag(key) == hash_tag(job_keys(prefix, "job")[0])
+        for name in TRICKY_NAMES + [":schedules", "{:schedules}", "schedules"]:
+            assert hash_tag(schedule_key(prefix, name)) == hash_tag(job_keys(prefix, name)[0]) != ":schedules", name
+            assert schedule_key(prefix, name) not in (cursor, changed, records), name
+    finally:
+        client.close()
+
+
+def test_stored_schedules_take_the_documented_round_trips(own_server: servers.Server) -> None:
+    """set_schedule: one round trip (MULTI, schedule.lua, changes.lua, EXEC); stored_schedule: one
+    HGETALL; schedule_changes: one EVALSHA; poll: one round trip of two EVALSHA (the index and the
+    changelog); a claim, stale or won: one EVALSHA, as before."""
+    from tests.stores.test_redis_batch import CountingConnection, commands
+
+    store = RedisStore.from_url(own_server.url("valkey") + "?prefix=sched", connection_class=CountingConnection)
+    control = own_server.client(socket_timeout=5)
+    try:
+        slot = recent_second(store)
+        store.set_schedule("w", by="ops", schedule=60)  # warm-up: connects, loads the scripts
+        store.request_run("w", by="ops")
+        store.poll(0)
+        warm = store.claim("job", slot - 1_000, runner="r").run  # registers the job
+        assert warm is not None and store.finish("job", warm.slot_ms, warm.token, "success")
+
+        def trip(call: Any) -> Tuple[Any, int, Dict[str, int]]:
+            control.config_resetstat()
+            CountingConnection.sends.clear()
+            answer = call()
+            stats = {name: value["calls"] for name, value in commands(control).items()}
+            del stats["config|resetstat"]
+            return answer, sum(CountingConnection.sends.values()), stats
+
+        record, sends, stats = trip(lambda: store.set_schedule("job", by="ops", schedule=30))
+        assert record.version == 1 and sends == 1
+        assert {k: stats[k] for k in ("multi", "evalsha", "exec")} == {"multi": 1, "evalsha": 2, "exec": 1}, stats
+        assert trip(lambda: store.stored_schedule("job")) == (record, 1, {"hgetall": 1})
+        changes, sends, stats = trip(lambda: store.schedule_changes(1))
+        assert changes.changes == (record,) and (sends, stats["evalsha"]) == (1, 1)
+        polled, sends, stats = trip(lambda: store.poll(1))
+        assert polled.schedules == changes and len(polled.requests) == 1 and (sends, stats["evalsha"]) == (1, 2)
+        answer, sends, stats = trip(lambda: store.claim("job", slot, runner="r"))
+        assert (answer.outcome, sends, stats["evalsha"]) == ("stale", 1, 1)
+        answer, sends, stats = trip(lambda: store.claim("job", slot, runner="r", version=1))
+        assert (answer.outcome, sends, stats["evalsha"]) == ("won", 1, 1)
+    finally:
+        store.close()
+        control.close()
+
+
+def test_a_flushed_server_makes_each_change_of_a_schedule_once(own_server: servers.Server) -> None:
+    """After SCRIPT FLUSH the transaction's calls answer NOSCRIPT: both scripts are loaded and the
+    calls sent again from the first one the server did not know, so the version is raised once and
+    the changelog counts the change once; when only changes.lua was missing, it alone runs again."""
+    from tests.stores.test_redis_batch import commands
+
+    store = leasecron.open_store(own_server.url("valkey") + "?prefix=flushed")
+    control = own_server.client(socket_timeout=5)
+    try:
+        assert store.set_schedule("job", by="ops", schedule=30).version == 1
+        control.script_flush()
+        control.config_resetstat()
+        assert store.set_schedule("job", by="ops", schedule=40).version == 2
+        stats = commands(control)
+        assert stats["script|load"]["calls"] == 2 and stats["evalsha"]["failed_calls"] == 2, stats
+        assert stats["evalsha"]["calls"] == 4 and stats["exec"]["calls"] == 2, stats
+
+        control.script_flush()
+        control.script_load(load_scripts()["schedule"].source)
+        control.config_resetstat()
+        assert store.set_schedule("job", by="ops", schedule=50).version == 3
+        stats = commands(control)
+        assert stats["script|load"]["calls"] == 1 and stats["evalsha"]["failed_calls"] == 1, stats
+        assert stats["evalsha"]["calls"] == 3, stats
+        changes = store.schedule_changes(0)
+        assert changes.cursor == 3 and [(r.version, r.schedule) for r in changes.changes] == [(3, "50")]
+    finally:
+        store.close()
+        control.close()
+
+
+def test_the_changelog_keeps_the_newest_record_of_a_job_and_a_missed_change_is_fenced(
+    redis_like: Backend,
+) -> None:
+    """A change that reaches the changelog after a newer one of its job (as two concurrent changes
+    may on a cluster) is dropped, not counted. A change that never reached it (a failure between
+    the two calls of a cluster's set_schedule, made here by running schedule.lua alone) is not
+    listed, but the job's key fences the claims of its old version and stored_schedule reads it;
+    the job's next change lists the newest record."""
+    store = redis_like.open()
+    assert isinstance(store, RedisStore)
+    old = store.set_schedule("job", by="ops", schedule=30)
+    new = store.set_schedule("job", by="ops", schedule=40)
+    fields = ["version", "1", "ms", str(old.updated_ms), "source", "override", "by", "ops", "schedule", "30"]
+    assert store._calls.changelog("re-adding", "add", "job", *fields) == 0
+    assert store.schedule_changes(0) == ScheduleChanges(2, (new,))
+
+    missed, _ = store._calls.write("schedule", "job", *schedule_args("ops", "override", "50", None, None, {}, {}))
+    assert store.stored_schedule("job").version == 3  # type: ignore[union-attr]
+    assert store.schedule_changes(0) == ScheduleChanges(2, (new,))
+    slot = recent_second(store)
+    assert store.claim("job", slot, runner="r", version=2).outcome == "stale"
+    assert store.claim("job", slot, runner="r", version=3).won
+    latest = store.set_schedule("job", by="ops", schedule=60)
+    assert latest.version == 4 and store.schedule_changes(2) == ScheduleChanges(3, (latest,))
+    assert missed[:2] in (["version", "3"], [b"version", b"3"])
+
+
+def test_kwargs_come_back_exact_from_every_read(redis_like: Backend) -> None:
+    """Integers beyond 2**53 and 2**64, floats, Unicode, slashes, nesting: set_schedule's answer,
+    stored_schedule (the job's key), schedule_changes and poll (the changelog, re-encoded by Lua's
+    cjson as text) all give back the same kwargs."""
+    store = redis_like.open()
+    kwargs: Dict[str, Any] = {
+        "big": 2**64 + 1, "neg": -(2**70), "f": 0.1, "e": 1e300, "t": "é 🕐 </x> \\ \"q\"\t", "l": [[], {}, None, True],
+    }  # fmt: skip
+    record = store.set_schedule("job", by="app", schedule=30, task="t", kwargs=kwargs)
+    reads = [record, store.stored_schedule("job"), *store.schedule_changes(0).changes, *store.poll(0).schedules.changes]
+    assert len(reads) == 4
+    assert all(r is not None and dict(r.kwargs) == kwargs for r in reads), reads
+    assert all(r == record for r in reads)
+
+
+def test_a_tampered_schedule_is_a_store_error_naming_its_job(redis_like: Backend) -> None:
+    """A schedule key whose version is no integer, or whose kwargs are no JSON object, makes
+    stored_schedule, set_schedule and a scheduled claim raise StoreError naming the job (the claim
+    writes nothing); a tampered record in the changelog makes schedule_changes raise naming it."""
+    store = redis_like.open()
+    client = node_client(redis_like)
+    try:
+        store.set_schedule("job", by="ops", schedule=30)
+        key = schedule_key(redis_like.namespace, "job")
+        client.hset(key, "version", "x")
+        for call in (
+            lambda: store.stored_schedule("job"),
+            lambda: store.set_schedule("job", by="ops", schedule=40),
+            lambda: store.claim("job", recent_second(store), runner="r"),
+        ):
+            with pytest.raises(StoreError, match="'job'"):
+                call()
+        assert store.runs("job") == []
+        client.hset(key, mapping={"version": "1", "kwargs": "[1]"})
+        with pytest.raises(StoreError, match="schedule of job 'job' is unreadable"):
+            store.stored_schedule("job")
+        client.hset(changelog_keys(redis_like.namespace)[2], "job", "{garbage")
+        with pytest.raises(StoreError, match="record of 'job' is unreadable"):
+            store.schedule_changes(0)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("backend_name", ["redis", "redis-cluster"])
+def test_set_schedule_waits_for_the_replicas(backend_name: str, tmp_path: Path) -> None:
+    """Rule 22: with replicas=1 on servers without replicas, set_schedule raises StoreUnavailable;
+    the change was made on the primary (the version was raised), in the changelog too outside a
+    cluster (one transaction); on a cluster the changelog was not written (the first call raised),
+    and the job's key fences the old version all the same. The reads are never refused."""
+    backend = BACKENDS[backend_name](tmp_path)
+    try:
+        waiting = leasecron.open_store(backend.url() + "&replicas=1&replica_wait_ms=20")
+        plain = backend.open()
+        with pytest.raises(StoreUnavailable, match="reached 0 of the 1 replicas"):
+            waiting.set_schedule("job", by="ops", schedule=30)
+        assert plain.stored_schedule("job").version == 1  # type: ignore[union-attr]
+        listed = [r.version for r in plain.schedule_changes(0).changes]
+        assert listed == ([] if backend_name == "redis-cluster" else [1])
+        assert waiting.stored_schedule("job") == plain.stored_schedule("job")
+        assert waiting.poll(0).schedules == plain.schedule_changes(0)
+        assert waiting.claim("job", recent_second(waiting), runner="r").outcome == "stale"
+        waiting.close()
+    finally:
+        backend.close()
+
+
+def test_cluster_keeps_each_schedule_with_its_job_and_the_changelog_on_one_node(
+    on_cluster: Tuple[Store, List[redis.Redis], str],
+) -> None:
+    """On a 3-master cluster, 18 jobs' schedule keys sit on the node of their runs (every master
+    holds some), the changelog's three keys on one node; schedule_changes lists every change in
+    order; set_schedule is two round trips (the job's node, the changelog's), poll one per node
+    it reads (the index's and the changelog's)."""
+    from tests.stores.test_redis_batch import CountingConnection
+
+    store, nodes, prefix = on_cluster
+    names = [f"job-{i}" for i in range(18)]
+    slot = recent_second(store)
+    for name in names:
+        assert store.claim(name, slot, runner="r", lease_ms=LONG).won
+    records = [store.set_schedule(name, by="ops", schedule=i + 1) for i, name in enumerate(names)]
+    assert store.schedule_changes(0) == ScheduleChanges(18, tuple(records))
+    held = [keys_under(node, prefix) for node in nodes]
+    holders = {holder(held, {job_keys(prefix, name)[0], schedule_key(prefix, name)}) for name in names}
+    assert holders == {0, 1, 2}
+    changelog_node = holder(held, set(changelog_keys(prefix)))
+    store.request_run("asked", by="ops")
+    pending_node = holder([keys_under(node, prefix) for node in nodes], {f"{prefix}:pending"})
+
+    url = f"{SERVERS.cluster().url()}?cluster=true&prefix={prefix}"
+    counting = RedisStore.from_url(url, connection_class=CountingConnection)
+    try:
+        counting.poll(0)
+        counting.set_schedule("job-0", by="ops", schedule=98)  # connects to the nodes it needs
+        CountingConnection.sends.clear()
+        assert counting.set_schedule("job-0", by="ops", schedule=99).version == 3
+        assert sum(CountingConnection.sends.values()) == 2
+        CountingConnection.sends.clear()
+        polled = counting.poll(18)
+        assert [(r.job, r.version) for r in polled.schedules.changes] == [("job-0", 3)] and len(polled.requests) == 1
+        ports = [SERVERS.cluster().nodes[i].port for i in {changelog_node, pending_node}]
+        assert sorted(CountingConnection.sends) == sorted(ports) and set(CountingConnection.sends.values()) == {1}
+    finally:
+        counting.close()

@@ -4,7 +4,8 @@
 proves what the Redis store sends for it: one round trip to the server (one per node of a
 cluster), each claim its own ``EVALSHA``, the jobs set written in one ``SADD`` before and
 one after, and a server that lost its scripts (``SCRIPT FLUSH``, a restart) answered by
-loading the script once and sending again the claims it did not run. Round trips are
+loading the script once and sending again the claims it did not run; claims from an older
+version of their jobs' schedules answered stale (rule 23) in the same round trip. Round trips are
 counted by a redis-py connection that counts what it sends (a real client, on a real
 server); commands by the server's own ``INFO commandstats``.
 """
@@ -12,6 +13,7 @@ server); commands by the server's own ``INFO commandstats``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar, Counter, Dict, List
 
@@ -164,3 +166,32 @@ def test_a_cluster_batch_is_one_round_trip_per_node(tmp_path: Path) -> None:
         for client in nodes:
             client.close()
         backend.close()
+
+
+def test_a_batch_answers_old_versions_stale_in_the_same_round_trip(own_server: servers.Server) -> None:
+    """Rule 23 in a batch: 50 jobs, every other one's schedule changed; a batch of claims from
+    version 0 is one round trip of 50 EVALSHA whose changed jobs answer stale (no key of their runs
+    is written) and the others win; the changed jobs' claims from version 1 then win, in one round
+    trip too."""
+    store = RedisStore.from_url(own_server.url("valkey") + "?prefix=stale", connection_class=CountingConnection)
+    control = own_server.client(socket_timeout=5)
+    names = [f"job-{i}" for i in range(JOBS)]
+    changed = names[::2]
+    try:
+        slot = recent_second(store)
+        store.claim_many(batch(names, slot - 1_000))  # registers the jobs, loads claim.lua
+        for name in changed:
+            assert store.set_schedule(name, by="ops", schedule=60).version == 1
+        control.config_resetstat()
+        CountingConnection.sends.clear()
+        answers = store.claim_many(batch(names, slot))
+        assert [a.outcome for a in answers] == ["stale", "won"] * (JOBS // 2)
+        assert commands(control)["evalsha"]["calls"] == JOBS and sum(CountingConnection.sends.values()) == 1
+        assert all(store.get_run(name, slot) is None for name in changed)
+        CountingConnection.sends.clear()
+        again = [dataclasses.replace(request, version=1) for request in batch(changed, slot)]
+        assert [a.outcome for a in store.claim_many(again)] == ["won"] * len(changed)
+        assert sum(CountingConnection.sends.values()) == 1
+    finally:
+        store.close()
+        control.close()

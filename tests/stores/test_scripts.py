@@ -164,21 +164,22 @@ IMPLEMENTATIONS = {
 
 @pytest.mark.parametrize("implementation", list(IMPLEMENTATIONS))
 def test_every_rule_of_the_contract_is_tagged_in_each_implementation(implementation: str) -> None:
-    """Rules 1-20 of docs/protocol.rst are each tagged (``rule 4``) where an implementation carries it out,
-    and rule 22 (a write waits for the replicas) where the store has replicas to wait for: Redis's."""
+    """Rules 1-20, 23 (a claim from an older schedule is stale) and 24 (set_schedule) of docs/protocol.rst
+    are each tagged (``rule 4``) where an implementation carries it out, and rule 22 (a write waits for the
+    replicas) where the store has replicas to wait for: Redis's."""
     replicated = [22] if implementation.startswith("Lua") else []
-    assert _tags(*IMPLEMENTATIONS[implementation]) == list(range(1, 21)) + replicated, implementation
+    assert _tags(*IMPLEMENTATIONS[implementation]) == list(range(1, 21)) + replicated + [23, 24], implementation
 
 
 @pytest.mark.parametrize("implementation", list(IMPLEMENTATIONS))
 def test_the_claim_of_each_implementation_carries_the_rules_of_pausing_manual_runs_and_attempts(
     implementation: str,
 ) -> None:
-    """The claim code tags rules 16 (paused), 17 (a manual claim) and 20 (the attempts it records)
-    beside rules 1-12; the code of pause and resume rule 18, and that of request_run rule 19."""
+    """The claim code tags rules 16 (paused), 17 (a manual claim), 20 (the attempts it records) and 23
+    (stale) beside rules 1-12; the code of pause and resume rule 18, and that of request_run rule 19."""
     paths = IMPLEMENTATIONS[implementation]
     claim_code = [f"sql/postgres/{_latest_claim_function().name}"] if implementation.startswith("PL") else paths[:1]
-    assert set(_tags(*claim_code)) >= set(range(1, 13)) | {16, 17, 20}, implementation
+    assert set(_tags(*claim_code)) >= set(range(1, 13)) | {16, 17, 20, 23}, implementation
     if implementation.startswith("Python"):
         from leasecron.stores.rules import TableStore
 
@@ -187,15 +188,16 @@ def test_the_claim_of_each_implementation_carries_the_rules_of_pausing_manual_ru
 
 
 def test_the_contract_docstrings_number_the_rules() -> None:
-    """Store.claim states rules 1-12, 16, 17 and 20, heartbeat 13, finish 14, release 15, pause 18 and
-    request_run 19, by number."""
+    """Store.claim states rules 1-12, 23, 16, 17 and 20 (in this order), heartbeat 13,
+    finish 14, release 15, pause 18, request_run 19 and set_schedule 24, by number."""
     numbered = {
-        "claim": [*range(1, 13), 16, 17, 20],
+        "claim": [*range(1, 13), 23, 16, 17, 20],
         "heartbeat": [13],
         "finish": [14],
         "release": [15],
         "pause": [18],
         "request_run": [19],
+        "set_schedule": [24],
     }
     for method, numbers in numbered.items():
         doc = getattr(Store, method).__doc__ or ""

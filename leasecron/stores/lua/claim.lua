@@ -1,7 +1,7 @@
 -- claim.lua: Store.claim, atomically on the server's clock, by rules 1-12,
--- 16, 17 and 20 of the store contract (docs/protocol.rst); each branch is
+-- 16, 17, 20 and 23 of the store contract (docs/protocol.rst); each branch is
 -- tagged with its rule.
--- KEYS: the job's six keys (see common.lua).
+-- KEYS: the job's seven keys (see common.lua).
 -- ARGV[1] slot_ms       the slot claimed (decimal string)
 -- ARGV[2] token         the token of the attempt, if this claim wins one; the
 --                       retry of the claim that won the run's current attempt
@@ -11,13 +11,15 @@
 -- ARGV[5] lease_ms      ARGV[6] max_attempts   ARGV[7] max_late_ms
 -- ARGV[8] overlap       'skip' or 'allow'
 -- ARGV[9] history_size  finished runs to keep
--- ARGV[10] fresh        a new random token, for a next attempt when ARGV[2]
+-- ARGV[10] version      the version of the job's stored schedule the slot was
+--                       computed from (0: the code's), for rule 23
+-- ARGV[11] fresh        a new random token, for a next attempt when ARGV[2]
 --                       is the token of the attempt it replaces; absent when
 --                       ARGV[2] is itself new (the caller gave no token)
 -- Returns: {outcome, slot_ms, run JSON, first, requested_by, state, wrote},
 -- or only its first three items when the others would be 0, nil, nil, 0 (most
 -- claims: a shorter reply is cheaper to send and to read). outcome
--- is one of won, running, overlap, late, early, done, none, paused; slot_ms
+-- is one of won, running, overlap, late, early, done, none, paused, stale; slot_ms
 -- and run JSON are nil when the answer carries no run; first is 1 when the
 -- claim stored the job's first run (the caller then adds the job to the jobs
 -- set, which lives on another cluster slot), else 0; requested_by is nil, or
@@ -38,7 +40,8 @@ local max_attempts = tonumber(ARGV[6])
 local max_late_ms = tonumber(ARGV[7])
 local overlap = ARGV[8]
 local history_size = tonumber(ARGV[9])
-local fresh = ARGV[10]
+local version = tonumber(ARGV[10])
+local fresh = ARGV[11]
 local now = now_ms()
 local first = 0
 local requested_by = false
@@ -123,7 +126,7 @@ if raw then
   end
   close_attempt(run) -- rule 20: handed_over if released, else expired
   run.attempt = run.attempt + 1 -- rule 6
-  if run.token == token then -- (never so when ARGV[2] is new and ARGV[10] absent)
+  if run.token == token then -- (never so when ARGV[2] is new and ARGV[11] absent)
     token = fresh -- a token is never given to two attempts
   end
   return won(run)
@@ -132,6 +135,13 @@ end
 -- A new claim.
 if reason == 'takeover' then -- rule 7
   return answer('none')
+end
+-- rule 23: a scheduled or catch-up claim computed from an older version of the
+-- job's stored schedule (one HGET; a job never changed has no such key: 0)
+local stored_version = reason ~= 'manual' and redis.call('HGET', K.schedule, 'version')
+if stored_version and (tonumber(stored_version) or error({err = 'ERR leasecron: the stored schedule of the job'
+    .. ' is unreadable: its version is no number'})) > version then
+  return answer('stale')
 end
 local request = nil
 local newest = nil -- the job's newest slot (nil: the job has no run), read by rule 9

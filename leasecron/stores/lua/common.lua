@@ -5,7 +5,8 @@
 -- {LATE_TOLERANCE_MS} and the like.
 --
 -- Every script takes one job's keys (they share one hash tag, so they live in
--- one cluster slot); the runs' scripts take the first four, the others all six:
+-- one cluster slot); the runs' scripts take the first four, the controls' the
+-- first six, claim.lua and schedule.lua all seven:
 --   KEYS[1] runs      hash   slot_ms -> the run, as a JSON object
 --   KEYS[2] slots     zset   every stored slot of the job, score = slot_ms
 --   KEYS[3] running   zset   the slots whose run is running
@@ -13,15 +14,23 @@
 --   KEYS[5] paused    hash   by, ms, note: present while the job is paused
 --   KEYS[6] requests  hash   slot_ms -> a request for a manual run, as a JSON
 --                            object: requested_by, expires_ms, state
+--   KEYS[7] schedule  hash   the job's stored schedule (rules 23 and 24):
+--                            version, ms, source, by, and those of schedule,
+--                            tz, task, kwargs, options it has (kwargs and
+--                            options: JSON text as Python wrote it, never
+--                            decoded here); absent until its first change,
+--                            so a job of 0.2 reads as version 0
 --
 -- A run's integers are kept in its JSON as decimal strings, written with
 -- string.format('%d'): cjson (and Lua's tostring) print only 14 significant
 -- digits, too few for the 2**50 bound of the store contract. So are the
 -- integers of its attempts (a JSON array of objects, oldest first: number,
--- runner, reason, started_ms, ended_ms, outcome, error) and of a request.
+-- runner, reason, started_ms, ended_ms, outcome, error) and of a request. A
+-- stored schedule's version and ms are decimal strings too (a hash's fields
+-- always are).
 
 local K = {runs = KEYS[1], slots = KEYS[2], running = KEYS[3], finished = KEYS[4], paused = KEYS[5],
-  requests = KEYS[6]}
+  requests = KEYS[6], schedule = KEYS[7]}
 local LATE_TOLERANCE_MS = {LATE_TOLERANCE_MS}
 local EARLY_TOLERANCE_MS = {EARLY_TOLERANCE_MS}
 local MAX_ATTEMPTS_KEPT = {MAX_ATTEMPTS_KEPT}
