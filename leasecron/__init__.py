@@ -18,6 +18,7 @@ from .errors import Aborted, ConfigError, LeaseCronError, StoreError, StoreUnava
 from .events import Event
 from .jobs import Job
 from .runs import Claim, Run
+from .stored import StoredJob, StoredSchedule
 from .cron import LeaseCron
 from .stores import MemoryStore, SQLiteStore, Store, open_store
 
@@ -47,6 +48,8 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "StoredJob",
+    "StoredSchedule",
     "open_store",
     "__version__",
 ]

@@ -41,10 +41,11 @@ from .base import Store
 from .redis_calls import RedisCalls
 from .redis_clients import DEFAULT_REPLICA_WAIT_MS, open_client
 from .redis_server import durability_warnings, replication_lines, server_version
-from .redis_scripts import (
-    changelog_keys, claim_args, control_keys, index_member, job_keys, read_changes, read_claim, read_index, read_run,
-    read_runs, read_schedule, read_state, schedule_args, schedule_key, text,
+from .redis_replies import (
+    claim_args, index_member, read_changes, read_claim, read_index, read_run, read_runs, read_schedule, read_state,
+    schedule_args, text,
 )  # fmt: skip
+from .redis_scripts import changelog_keys, control_keys, job_keys, schedule_key
 
 __all__ = ["RedisStore", "job_keys", "control_keys", "schedule_key", "changelog_keys"]
 

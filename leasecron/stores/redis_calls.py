@@ -15,7 +15,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import StoreUnavailable
 
-from .redis_scripts import ScriptCall, Wait, changelog_keys, load_scripts, run_scripts, schedule_key, text
+from .redis_replies import text
+from .redis_scripts import ScriptCall, Wait, changelog_keys, load_scripts, run_scripts, schedule_key
 from .redis_server import store_error
 
 __all__ = ["RedisCalls"]

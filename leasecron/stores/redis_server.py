@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Tuple
 
 from ..errors import StoreError, StoreUnavailable
-from .redis_scripts import text
+from .redis_replies import text
 
 __all__ = ["server_version", "durability_warnings", "replication_lines", "store_error"]
 

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 from leasecron import Context, Event, LeaseCron, Run, Store
-from leasecron.controls import ManualRequest
 from leasecron.stored import Poll
 from leasecron.stores import DelegatingStore
 from tests.helpers import wait_for

@@ -26,9 +26,8 @@ if str(REPO / "benchmarks") not in sys.path:
 from chaoslib.proxy import FaultyProxy  # noqa: E402
 
 import leasecron  # noqa: E402
-from leasecron.stored import Poll
+from leasecron.stored import Poll  # noqa: E402
 from leasecron import Claim, LeaseCron, MemoryStore, Store  # noqa: E402
-from leasecron.controls import ManualRequest  # noqa: E402
 from leasecron.stores import ClaimRequest, DelegatingStore  # noqa: E402
 from tests.conftest import BACKENDS, SERVERS, Backend  # noqa: E402
 from tests.engine.support import CATCH_UP_HOUR, FAST, HOURLY, Seen, latest_hourly_slot  # noqa: E402

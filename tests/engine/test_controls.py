@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, List
+from typing import Any
 
 import pytest
 
 from leasecron.stored import Poll
 from leasecron import ConfigError, LeaseCron, MemoryStore, Store
-from leasecron.controls import ManualRequest
 from leasecron.events import slot_text
 from leasecron.jobs import Job
 from tests.conftest import Backend

@@ -31,7 +31,8 @@ from leasecron.controls import JobState
 from leasecron.runs import Attempt, slot_datetime
 from leasecron.stored import Poll, ScheduleChanges
 from leasecron.stores.redis import RedisStore, changelog_keys, control_keys, job_keys, schedule_key
-from leasecron.stores.redis_scripts import index_member, load_scripts, schedule_args
+from leasecron.stores.redis_replies import index_member, schedule_args
+from leasecron.stores.redis_scripts import load_scripts
 from tests import servers
 from tests.conftest import BACKENDS, SERVERS, Backend, ClusterBackend, RedisBackend, ValkeyBackend, required_binary
 from tests.helpers import wait_for
