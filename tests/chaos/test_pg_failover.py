@@ -38,8 +38,6 @@ pytestmark = pytest.mark.timeout(120)
 
 #: The store's timeout (s): a claim whose commit no synchronous standby confirms gives up after it.
 TIMEOUT_S = 2
-#: The standby's wal_retrieve_retry_interval (ms).
-RETRY_MS = 100
 
 
 @pytest.fixture
@@ -51,11 +49,6 @@ def pair(request: pytest.FixtureRequest) -> Iterator[pg_replicas.PgPair]:
     started = pg_replicas.PgPair(synchronous=request.param)
     try:
         started.start()
-        assert started.standby is not None
-        # a promotion that arrives while the startup process waits to retry the walreceiver
-        # otherwise waits the default 5 s of this interval first
-        started.execute(started.standby, f"ALTER SYSTEM SET wal_retrieve_retry_interval = '{RETRY_MS}ms'")
-        started.execute(started.standby, "SELECT pg_reload_conf()")
         yield started
     finally:
         for server in (started.standby, started.primary, started.old_primary):
