@@ -221,6 +221,9 @@ class PgServer(ServerProcess):
             "max_connections": str(self.max_connections),
             "fsync": "off",
             "logging_collector": "off",
+            # a standby retries its walreceiver this often: a promotion that comes while it waits
+            # to retry (its primary killed) otherwise waits the default 5 s first
+            "wal_retrieve_retry_interval": "100ms",
         }
         args = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self._port)]
         for key, value in settings.items():

@@ -114,6 +114,9 @@ class Instance(Protocol):
     def busy(self) -> bool:
         """Whether the current process runs a handler right now (as far as its log shows)."""
 
+    def ready(self) -> bool:
+        """Whether the current process started its LeaseCron (logged ``running``)."""
+
 
 class NemesisLog:
     """``nemesis.jsonl``: one JSON line per action, flushed at once, thread-safe."""
@@ -461,6 +464,10 @@ class Nemesis(threading.Thread):
         if action == "clock-step":
             self._clock_step(budget)
             return
+        if action == "term":  # a hand-over needs a started instance: SIGTERM before that kills it
+            free = [r for r in free if self.instances[r].ready()]
+            if not free:
+                return
         busy = [r for r in free if self.instances[r].busy()]
         pick_busy = self.rng.random() < BUSY_BIAS
         runner = self.rng.choice(busy if busy and pick_busy else free) if free else None

@@ -27,39 +27,22 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple, TypeVar
+from typing import Dict, List, Tuple
 
 import pytest
 
 import leasecron
-from chaoslib.checker import Config, Report, check
+from chaoslib.checker import Report
 from chaoslib.nemesis import NemesisLog
-from chaoslib.recording import Recorder, RecordingStore
-from leasecron import Claim, Context, LeaseCron, StoreUnavailable
+from leasecron import Context, LeaseCron
 from tests.conftest import required_binary
 from tests.helpers import wait_for
 from tests.replicated import Replicated
 
+from .forced import LEASE_MS, assert_no_violation, assert_run_twice, forced_failover
 from .sim import assert_violates, ns, start
 
 pytestmark = pytest.mark.timeout(120)
-
-#: The job claimed: every 2 s, overlap allowed (no other slot decides its claims).
-JOB = "long2"
-LEASE_MS = 2_000
-T = TypeVar("T")
-
-
-def _until(call: Callable[[], T], timeout: float = 30.0) -> T:
-    """``call()`` again until it does not raise StoreUnavailable (the engine's retries)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except StoreUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def test_a_failover_is_counted_and_excuses_a_slow_takeover_as_a_store_fault(tmp_path: Path) -> None:
@@ -110,15 +93,6 @@ def test_without_a_failover_a_run_seen_and_gone_is_reported(tmp_path: Path) -> N
     assert_violates(_unconfirmed_run_seen(tmp_path, failover=False), "end_state", "no record, and the claims")
 
 
-def _instance(topology: Replicated, logs: Path, runner: str, replicas: int) -> Tuple[RecordingStore, Recorder]:
-    """An instance's store as the chaos harness gives it one: every call logged to ``<runner>.jsonl``."""
-    query = f"prefix=chaos&replicas={replicas}&replica_wait_ms=200&socket_timeout=1&socket_connect_timeout=1"
-    recorder = Recorder(logs / f"{runner}.jsonl", runner)
-    recorder.log("ready", store="redis+sentinel", lease_ms=LEASE_MS)
-    recorder.log("running")
-    return RecordingStore(leasecron.open_store(topology.url(query=query)), recorder), recorder
-
-
 def _freeze_replicas_and_cut_them_off(topology: Replicated) -> List[int]:
     """SIGSTOP both replicas, then drop their connections on the primary: what it writes next
     reaches no replica (a frozen replica would read it from its socket once woken). Their pids."""
@@ -131,31 +105,19 @@ def _freeze_replicas_and_cut_them_off(topology: Replicated) -> List[int]:
     return pids
 
 
-def _next_slot(store: RecordingStore) -> int:
-    """Sleep until the job's next slot falls due on the store's clock; the slot."""
-    now = store.now_ms()
-    slot = (now // 2_000 + 1) * 2_000
-    time.sleep((slot - now) / 1000)
-    return slot
-
-
 def _forced_failover(tmp_path: Path, replicas: int) -> Tuple[Report, Dict[str, object]]:
     """The sequence of the module docstring with ``replicas``: the checker's report and each claim's answer."""
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    answers: Dict[str, object] = {}
+    query = f"prefix=chaos&replicas={replicas}&replica_wait_ms=200&socket_timeout=1&socket_connect_timeout=1"
     with Replicated(required_binary("redis"), tmp_path / "redis") as topology:
-        a, rec_a = _instance(topology, logs, "a", replicas)
-        b, rec_b = _instance(topology, logs, "b", replicas)
-        nemesis = NemesisLog(logs / "nemesis.jsonl")
-        try:
-            slot = _next_slot(a)
-            frozen = _freeze_replicas_and_cut_them_off(topology)
-            claim: Dict[str, object] = {"runner": "a", "token": "token-a", "lease_ms": LEASE_MS, "overlap": "allow"}
-            try:
-                answers["a"] = a.claim(JOB, slot, **claim).outcome  # type: ignore[arg-type]
-            except StoreUnavailable as exc:
-                answers["a"] = exc
+        frozen: List[int] = []
+
+        def cut_off() -> None:
+            """Both replicas frozen and cut off (their pids kept for fail_over)."""
+            frozen.extend(_freeze_replicas_and_cut_them_off(topology))
+
+        def fail_over(nemesis: NemesisLog) -> None:
+            """kill -9 of the primary, the replicas woken, the Sentinels' promotion, the old primary
+            back as a replica; the ``failover`` line once settled."""
             at = (time.time_ns(), time.monotonic_ns())
             old = topology.kill_primary()
             for pid in frozen:
@@ -166,41 +128,23 @@ def _forced_failover(tmp_path: Path, replicas: int) -> Tuple[Report, Dict[str, o
             topology.wait_settled(time.monotonic() + 30)
             nemesis.write("failover", at=at, how="kill", port=old.port, new_port=new.port, promoted_ms=promoted_ms,
                           duration_ms=(time.monotonic_ns() - at[1]) // 1_000_000)  # fmt: skip
-            won: Claim = _until(lambda: b.claim(JOB, slot, runner="b", token="token-b", lease_ms=LEASE_MS))
-            answers["b"] = won.outcome
-            answers["a again"] = _until(lambda: a.claim(JOB, slot, **claim)).outcome  # type: ignore[arg-type]
-            assert _until(lambda: b.finish(JOB, slot, "token-b", "success"))
-            final = {JOB: [run.to_dict() for run in b.runs(JOB, limit=100)]}
-        finally:
-            for store, recorder in ((a, rec_a), (b, rec_b)):
-                store.close()
-                recorder.close()
-            nemesis.close()
-    return check(logs, final, Config(lease_ms=LEASE_MS)), answers
+
+        return forced_failover(tmp_path / "logs", topology.url(query=query), "redis+sentinel", cut_off, fail_over)
 
 
 def test_with_replicas_0_the_checker_reports_the_slot_run_twice(tmp_path: Path) -> None:
     """replicas=0: the primary acknowledged a's claim and died before a replica had it; b won the
     same slot's attempt 1 on the promoted replica: the checker reports attempt 1 won twice, and
     a's attempt missing from the store's record."""
-    report, answers = _forced_failover(tmp_path, replicas=0)
-    assert answers == {"a": "won", "b": "won", "a again": "running"}, answers
-    duplicates = report.invariants["attempts_sequential"].violations
-    assert any(f"{JOB}@" in v and "attempt 1 won 2 times" in v for v in duplicates), report.format_table()
-    lost = report.invariants["record_last_token"].violations
-    assert any("record holds attempt 1 token token-b" in v and "token token-a" in v for v in lost), lost
-    assert report.effects["failovers"] == 1
+    assert_run_twice(*_forced_failover(tmp_path, replicas=0))
 
 
 def test_with_replicas_2_the_same_failover_yields_no_violation(tmp_path: Path) -> None:
     """replicas=2: no replica confirmed a's claim, so it raised and a never acted on it; b won the
     slot once after the failover, a's retry was answered running: no invariant is violated."""
     report, answers = _forced_failover(tmp_path, replicas=2)
-    assert isinstance(answers["a"], StoreUnavailable) and "reached 0 of the 2 replicas" in str(answers["a"])
-    assert (answers["b"], answers["a again"]) == ("won", "running"), answers
-    assert report.ok, report.format_table()
-    assert report.invariants["attempts_sequential"].checked == 1
-    assert report.effects["failovers"] == 1
+    assert_no_violation(report, answers)
+    assert "reached 0 of the 2 replicas" in str(answers["a"]), answers
 
 
 #: How long after a kill -9 of the primary the next slot starts and a live run is taken over, at
