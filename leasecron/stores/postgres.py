@@ -6,19 +6,39 @@ transaction. The function takes a transaction-level advisory lock on the job, th
 ``clock_timestamp()``: the operations on one job are serialised across every instance, and every
 lease is compared on the server's clock. The connections are
 :mod:`leasecron.stores.pg_connections`; ``docs/design.rst`` (The stores) says the rest.
+
+Stored schedules (migration 4): ``<table>_schedules`` holds each job's record, its cursor taken as
+``MAX(cursor) + 1`` under a lock every change holds until it commits, so the cursors become
+visible in their order; the claim reads the job's schedule version (rule 23) from the
+``<table>_jobs`` row it reads anyway. ``poll`` is one statement, the requests and the changes
+read in one snapshot.
+
+Rolling upgrades: instances of an older release keep calling their own functions beside this
+release's, which migration 4 adds without replacing one (``leasecron.stores.migrations``: a function
+is never replaced in place). So an instance of 0.2, which computes its slots from the code's
+schedule and cannot read a stored one, goes on claiming them through ``<table>_claim_v3``, which
+knows nothing of rule 23 (as 0.1's claims know nothing of pauses): while a fleet is upgraded, a
+job whose schedule was changed can start the slots of both schedules, one run each; once no
+instance of 0.2 is left, only the stored one's. Fencing 0.2 off would mean replacing
+``<table>_claim_v3`` in place by a call of ``<table>_claim_v4``; a plain version 0 there would also
+fence 0.2 off a job for good once anything was ever stored for it, a reset too, and so silence it
+on a fleet rolled back to 0.2.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..controls import JobState, ManualRequest
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, StoreError, shown
 from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
-from ..states import RequestState
+from ..states import RequestState, ScheduleSource
+from ..stored import Poll, ScheduleChanges, StoredSchedule
 from . import require
 from .base import REQUESTS_KEPT, ClaimRequest, Store
 from .migrations import check_version, latest_version, migrate
@@ -32,12 +52,15 @@ __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
 #: The schema version this release writes and reads: the number of its last migration. 2: the
 #: claim function takes the retry of a claim that won (same token and runner) as that attempt again.
-#: 3: pauses, requests for manual runs, and the attempts of every run.
+#: 3: pauses, requests for manual runs, and the attempts of every run. 4: stored schedules, and the
+#: claim answers a new claim from an older schedule version stale (rule 23).
 SCHEMA_VERSION = latest_version("postgres")
 
 #: The version whose schema holds pauses and requests; an older one (read as it is by a store
 #: opened with ``create=False``) holds none.
 _CONTROLS_VERSION = 3
+#: The version whose schema holds stored schedules; an older one holds none.
+_SCHEDULES_VERSION = 4
 
 #: The most claims of a batch decided in one statement: a statement holds the locks of its jobs
 #: until it commits, so a batch of thousands is sent as several, each a short transaction.
@@ -69,6 +92,33 @@ def _request(job: str, item: Any) -> ManualRequest:
     except (TypeError, ValueError):
         raise StoreError(f"a stored request of job {job!r} is unreadable: {item!r}") from None
     return ManualRequest(job, slot_ms, by, expires_ms, state)
+
+
+_SOURCES = ScheduleSource.values()
+_SCHEDULE_FIELDS = tuple(field.name for field in dataclasses.fields(StoredSchedule))
+
+
+def _schedule(item: Any) -> StoredSchedule:
+    """A record as ``<table>_schedules`` gives it, a JSON object of its columns (``cursor`` too)."""
+    try:
+        found = {name: item[name] for name in _SCHEDULE_FIELDS}
+        texts = [found[name] for name in ("schedule", "tz", "task")]
+        if not (
+            isinstance(found["job"], str) and _is_int(found["version"]) and found["source"] in _SOURCES
+            and all(text is None or isinstance(text, str) for text in texts)
+            and isinstance(found["kwargs"], dict) and isinstance(found["options"], dict)
+            and isinstance(found["updated_by"], str) and _is_int(found["updated_ms"])
+        ):  # fmt: skip
+            raise ValueError
+    except (TypeError, KeyError, ValueError):
+        job = item.get("job") if isinstance(item, dict) else None
+        raise StoreError(f"the stored schedule of job {job!r} is unreadable: {shown(item)}") from None
+    return StoredSchedule(**found)
+
+
+def _changes(cursor: int, changes: List[Any]) -> ScheduleChanges:
+    """A row of ``<table>_schedule_changes_v4``: the cursor and the records, oldest change first."""
+    return ScheduleChanges(int(cursor), tuple(_schedule(item) for item in changes))
 
 
 def _is_int(value: object) -> bool:
@@ -259,11 +309,12 @@ class PostgresStore(Store):
             cur.execute(self._q[name], params)
             return list(cur.fetchall())
 
-    def _controls(self, name: str, doing: str, **params: Any) -> Optional[List[Tuple[Any, ...]]]:
-        """The rows of a read of pauses or requests; None from a schema older than version 3 (a
-        store opened with ``create=False`` reads it as it is, and it holds none)."""
+    def _rows_since(self, version: int, name: str, doing: str, **params: Any) -> Optional[List[Tuple[Any, ...]]]:
+        """The rows of a read of what a schema holds from ``version`` on (pauses and requests, stored
+        schedules); None from an older schema (a store opened with ``create=False`` reads it as it
+        is, and it holds none)."""
         with self._cursor(doing) as cur:
-            if self._found_version < _CONTROLS_VERSION:
+            if self._found_version < version:
                 return None
             cur.execute(self._q[name], params)
             return list(cur.fetchall())
@@ -293,7 +344,7 @@ class PostgresStore(Store):
                 "reasons": [r.reason for r in chunk], "leases": [r.lease_ms for r in chunk],
                 "max_attempts": [r.max_attempts for r in chunk], "max_lates": [r.max_late_ms for r in chunk],
                 "overlaps": [r.overlap for r in chunk], "histories": [r.history_size for r in chunk],
-                "keep_attempts": MAX_ATTEMPTS_KEPT,
+                "versions": [r.version for r in chunk], "keep_attempts": MAX_ATTEMPTS_KEPT,
             }  # fmt: skip
             rows = sorted(self._all("claim_many", f"claims of {len(chunk)} jobs", **params), key=lambda row: row[0])
             answers += [Claim(row[1], None if row[2] is None else _run(row[2:])) for row in rows]
@@ -319,11 +370,11 @@ class PostgresStore(Store):
         return _job_state(job, self._one("resume", f"resume of {job!r}", job=job))
 
     def _job_state(self, job: str) -> JobState:
-        rows = self._controls("job_state", f"reading the state of {job!r}", job=job)
+        rows = self._rows_since(_CONTROLS_VERSION, "job_state", f"reading the state of {job!r}", job=job)
         return _job_state(job, rows[0]) if rows else JobState(job)
 
     def _job_states(self) -> List[JobState]:
-        rows = self._controls("job_states", "reading the states of the jobs") or []
+        rows = self._rows_since(_CONTROLS_VERSION, "job_states", "reading the states of the jobs") or []
         return [_job_state(row[0], row[1:]) for row in rows]
 
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
@@ -331,8 +382,43 @@ class PostgresStore(Store):
         slot_ms, expires_ms = self._one("request_run", f"request of a run of {job!r}", **params)
         return ManualRequest(job, slot_ms, by, expires_ms, RequestState.PENDING)
 
+    def _set_schedule(
+        self,
+        job: str,
+        by: str,
+        source: str,
+        schedule: Optional[str],
+        tz: Optional[str],
+        task: Optional[str],
+        kwargs: Dict[str, Any],
+        options: Dict[str, Any],
+    ) -> StoredSchedule:
+        """One statement (``set_schedule`` in ``queries.sql``): kwargs and options go as their JSON text."""
+        params = {"job": job, "by": by, "source": source, "schedule": schedule, "tz": tz, "task": task}
+        params.update(kwargs=json.dumps(kwargs, allow_nan=False), options=json.dumps(options, allow_nan=False))
+        version, updated_ms = self._one("set_schedule", f"setting the schedule of {job!r}", **params)
+        return StoredSchedule(job, version, source, schedule, tz, task, kwargs, options, by, updated_ms)
+
+    def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        """One statement; None from a schema older than version 4 (create=False reads it as it is)."""
+        rows = self._rows_since(_SCHEDULES_VERSION, "stored_schedule", f"reading the schedule of {job!r}", job=job)
+        return _schedule(rows[0][0]) if rows else None
+
+    def _schedule_changes(self, since: int) -> ScheduleChanges:
+        """One statement, a range of the cursor's index; nothing from a schema older than version 4."""
+        rows = self._rows_since(_SCHEDULES_VERSION, "schedule_changes", "reading the schedule changes", since=since)
+        return _changes(*rows[0]) if rows else ScheduleChanges(since)
+
+    def _poll(self, since: int) -> Poll:
+        """One statement (``poll`` in ``queries.sql``): the requests and the changes in one snapshot."""
+        rows = self._rows_since(_SCHEDULES_VERSION, "poll", "polling for requests and schedule changes", since=since)
+        if not rows:  # an older schema, read as it is: no stored schedule
+            return Poll(self._pending_requests(), ScheduleChanges(since))
+        cursor, changes, requests = rows[0]
+        return Poll([_request(item[0], item[1:]) for item in requests], _changes(cursor, changes))
+
     def _pending_requests(self) -> List[ManualRequest]:
-        rows = self._controls("pending_requests", "reading the pending requests") or []
+        rows = self._rows_since(_CONTROLS_VERSION, "pending_requests", "reading the pending requests") or []
         return [_request(job, (slot, by, expires, state)) for job, slot, by, expires, state in rows]
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:

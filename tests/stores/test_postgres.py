@@ -11,6 +11,7 @@ with SIGSTOP.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -27,6 +28,7 @@ import leasecron
 from leasecron import ConfigError, StoreError, StoreUnavailable
 from leasecron.controls import JobState
 from leasecron.runs import Attempt
+from leasecron.stored import Poll, ScheduleChanges
 from leasecron.stores.migrations import migrations
 from leasecron.stores.pg_connections import CONNECT_DEFAULTS
 from leasecron.stores.postgres import SCHEMA_VERSION, PostgresStore
@@ -39,16 +41,20 @@ from tests.helpers import race_in_processes, wait_for
 JOB = "job"
 TABLE = "leasecron_runs"
 #: Functions the schema must have (the SQL may add helpers of its own): this release's, and those of
-#: versions 1 (0.1) and 2, which instances of older releases call.
+#: versions 1 (0.1), 2 and 3 (0.2), which instances of older releases call.
 FUNCTIONS = {
     f"{TABLE}_{name}"
     for name in (
         "now", "claim", "claim_v2", "heartbeat", "finish", "release",
         "claim_v3", "finish_v3", "release_v3", "pause_v3", "request_run_v3", "state_v3",
+        "claim_v4", "set_schedule_v4", "schedule_changes_v4",
     )
 }  # fmt: skip
-#: The tables of the schema: the runs, the jobs, the requests for manual runs, the schema version.
-TABLES = (TABLE, f"{TABLE}_jobs", f"{TABLE}_requests", f"{TABLE}_meta")
+#: The tables of the schema: the runs, the jobs, the requests for manual runs, the stored schedules,
+#: the schema version.
+TABLES = (TABLE, f"{TABLE}_jobs", f"{TABLE}_requests", f"{TABLE}_schedules", f"{TABLE}_meta")
+#: What <table>_meta holds once this release has created or migrated a schema.
+STAMPED = [("schema_version", str(SCHEMA_VERSION))]
 
 
 def _unique(prefix: str) -> str:
@@ -149,7 +155,7 @@ def test_url_options_schema_table_and_max_connections_apply(schema: str, opened:
     assert (store.schema, store.table) == (schema, "myruns")
     _win(store, job="setup")
     tables = {r[0] for r in _query("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))}
-    assert tables == {"myruns", "myruns_jobs", "myruns_requests", "myruns_meta"}
+    assert tables == {"myruns", "myruns_jobs", "myruns_requests", "myruns_schedules", "myruns_meta"}
 
     results: List[object] = []
     lock = threading.Lock()
@@ -360,8 +366,9 @@ def _counting_pool(statements: List[str], maxconn: int = 2) -> psycopg2.pool.Thr
 
 def test_every_operation_is_one_statement(schema: str) -> None:
     """Once the schema exists, claim, heartbeat, finish and release, pause and resume, request_run
-    and its manual claim, and the reads of pauses and requests each execute exactly one statement
-    on an autocommit connection (one round trip, no transaction left open)."""
+    and its manual claim, the reads of pauses and requests, set_schedule, a claim answered stale,
+    and the reads of stored schedules (poll too) each execute exactly one statement on an
+    autocommit connection (one round trip, no transaction left open)."""
     statements: List[str] = []
     pool = _counting_pool(statements, maxconn=1)
     try:
@@ -392,6 +399,11 @@ def test_every_operation_is_one_statement(schema: str) -> None:
         assert count("job_states", lambda: store.job_states())[0].requests == (made,)
         manual = count("manual claim", lambda: store.claim(JOB, made.slot_ms, runner="r1", reason="manual"))
         assert manual.won
+        record = count("set_schedule", lambda: store.set_schedule(JOB, by="ops", schedule=30))
+        assert count("stored_schedule", lambda: store.stored_schedule(JOB)) == record
+        assert count("stale claim", lambda: store.claim(JOB, slot + 3, runner="r1")).outcome == "stale"
+        assert count("schedule_changes", lambda: store.schedule_changes(0)).changes == (record,)
+        assert count("poll", lambda: store.poll(0)).schedules.changes == (record,)
         assert counts == dict.fromkeys(counts, 1), counts
         conn = pool.getconn()
         try:
@@ -459,7 +471,7 @@ def _meta(schema: str, table: str = TABLE) -> List[Tuple[str, str]]:
 
 
 def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrate_again(schema: str) -> None:
-    """The first store stamps schema_version = 3 in <table>_meta; a second store on the same schema
+    """The first store stamps schema_version = 4 in <table>_meta; a second store on the same schema
     reads the version and runs no migration (no CREATE FUNCTION/TABLE, no new stamp), keeping
     the tables and their data."""
     first = PostgresStore(_base_url(), schema=schema)
@@ -467,8 +479,8 @@ def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrat
         run = _win(first)
     finally:
         first.close()
-    assert SCHEMA_VERSION == 3
-    assert _meta(schema) == [("schema_version", "3")]
+    assert SCHEMA_VERSION == 4
+    assert _meta(schema) == STAMPED
     oids = _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid")
 
     statements: List[str] = []
@@ -482,7 +494,7 @@ def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrat
     assert "schema_version" in text  # it did read the version
     assert "CREATE FUNCTION" not in text and f"CREATE TABLE {schema}.{TABLE} " not in text
     assert "INSERT INTO" not in text
-    assert _meta(schema) == [("schema_version", "3")]
+    assert _meta(schema) == STAMPED
     assert _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid") == oids
 
 
@@ -565,10 +577,10 @@ def _carry_on(store: PostgresStore, slots: Dict[str, int]) -> None:
 
 def test_a_version_1_schema_of_0_1_migrates_and_claims_by_this_releases_rules(schema: str) -> None:
     """A schema as leasecron 0.1 left it (migration 1 exactly, stamped version 1, runs its functions
-    won, finished and released) is migrated by the next store that opens it: migrations 2 and 3 add
+    won, finished and released) is migrated by the next store that opens it: migrations 2 to 4 add
     this release's functions beside 0.1's, which stay as they were (instances of 0.1 still call
     them); each run reads as one attempt made of its own fields; the retry of the claim that won a
-    run is told won (rule 2, which 0.1's function lacks); and the stamp is 3."""
+    run is told won (rule 2, which 0.1's function lacks); and the stamp is 4."""
     first = migrations("postgres")[0]
     assert first.version == 1
     _old_schema(schema, 1)
@@ -584,17 +596,18 @@ def test_a_version_1_schema_of_0_1_migrates_and_claims_by_this_releases_rules(sc
         assert store.claim(JOB, slot, runner="r2").outcome == "running"
         _carry_on(store, slots)
         assert store.claim(JOB, now, runner="new", overlap="allow").outcome == "won"
-    assert _meta(schema) == [("schema_version", "3")]
+    assert _meta(schema) == STAMPED
     assert _functions(schema, f"{TABLE}_claim%") == [
         (f"{TABLE}_claim",),
         (f"{TABLE}_claim_v2",),
         (f"{TABLE}_claim_v3",),
+        (f"{TABLE}_claim_v4",),
     ]
     assert _query(f"SELECT prosrc FROM pg_proc WHERE oid = '{schema}.{TABLE}_claim'::regproc") == old_claim
 
 
 def test_a_version_2_schema_migrates_and_its_release_keeps_working_beside_this_one(schema: str) -> None:
-    """A schema of version 2 (the release before this one) with runs of every kind is migrated to 3
+    """A schema of version 2 (the release before 0.2) with runs of every kind is migrated to 4
     without losing one: each reads as one attempt made of its own fields, and this release records
     attempts on them from there on. A connection of the older release, opened before the migration,
     goes on calling its functions after it (the runs table grew two columns)."""
@@ -608,7 +621,7 @@ def test_a_version_2_schema_migrates_and_its_release_keeps_working_beside_this_o
             assert cur.fetchone() == ("won",)
         with PostgresStore(_base_url(), schema=schema) as store:
             _one_attempt_each(store, slots)
-            assert _meta(schema) == [("schema_version", "3")]
+            assert _meta(schema) == STAMPED
             with old.cursor() as cur:
                 cur.execute(f"SELECT {schema}.{TABLE}_finish('older', %s, 'tok-a', 'success', NULL)", (now - 1_000,))
                 assert cur.fetchone() == (True,)
@@ -620,6 +633,71 @@ def test_a_version_2_schema_migrates_and_its_release_keeps_working_beside_this_o
             _carry_on(store, slots)
             state = store.pause(JOB, by="ops")
             assert state.paused and store.claim(JOB, now, runner="new").outcome == "paused"
+    finally:
+        old.close()
+    assert FUNCTIONS <= {name for (name,) in _functions(schema, f"{TABLE}_%")}
+
+
+def test_a_version_3_schema_of_0_2_upgrades_in_place_and_0_2_instances_keep_working(schema: str) -> None:
+    """A schema as 0.2 left it (migrations 1-3, stamped 3), with runs, a pause and a request its
+    functions wrote, is read as it is by a reader of this release (no stored schedule), then
+    migrated in place to 4 by the next store that creates: the runs, the pause and the request are
+    as they were, and set_schedule, stored_schedule, schedule_changes, poll and rule 23 work. A
+    connection of 0.2 opened before the migration goes on with its own calls, which stay as they
+    were: its claim wins, also a slot of a job whose schedule is overridden (it knows nothing of
+    rule 23, as 0.1's claims know nothing of pauses), and its finish ends its run."""
+    _old_schema(schema, 3)
+    old = _admin()  # an instance of 0.2, its plans cached before the migration
+    try:
+        with old.cursor() as cur:
+
+            def old_call(sql: str, *params: Any) -> Tuple[Any, ...]:
+                cur.execute(sql.replace("lc.", f"{schema}.{TABLE}_"), params)
+                row: Tuple[Any, ...] = cur.fetchone()
+                return row
+
+            def old_claim(job: str, slot: int, token: str) -> str:
+                return str(old_call("SELECT c.outcome FROM lc.claim_v3(%s, %s, %s, 'old', 'schedule', 600000, 3,"
+                                    " 3600000, 'allow', 100, 20) c", job, slot, token)[0])  # fmt: skip
+
+            (now,) = old_call("SELECT lc.now()")
+            slots = {kind: now - 60_000 + i * 1_000 for i, kind in enumerate(["success", "running", "released"])}
+            for kind, slot in slots.items():
+                assert old_claim(JOB, slot, f"tok-{kind}") == "won"
+            assert old_call("SELECT lc.finish_v3(%s, %s, 'tok-success', 'success', NULL)", JOB, slots["success"])[0]
+            assert old_call("SELECT lc.release_v3(%s, %s, 'tok-released')", JOB, slots["released"])[0]
+            old_call("SELECT * FROM lc.pause_v3('paused', 'ops', 'why')")
+            old_call("SELECT * FROM lc.request_run_v3('asked', 'ops', 3600000, 20)")
+
+            with leasecron.open_store(f"{_base_url()}?schema={schema}", create=False) as reader:
+                runs, states, requests = reader.runs(JOB), reader.job_states(), reader.pending_requests()
+                assert [r.status for r in runs] == ["running", "running", "success"]
+                assert [s.job for s in states] == ["asked", "paused"] and [r.job for r in requests] == ["asked"]
+                assert reader.stored_schedule(JOB) is None
+                assert reader.schedule_changes(0) == ScheduleChanges(0)
+                assert reader.poll(0) == Poll(requests, ScheduleChanges(0))
+            assert _meta(schema) == [("schema_version", "3")]
+
+            with PostgresStore(_base_url(), schema=schema) as store:
+                assert (store.runs(JOB), store.job_states(), store.pending_requests()) == (runs, states, requests)
+                assert _meta(schema) == STAMPED
+                record = store.set_schedule(JOB, by="ops", schedule="*/5 * * * *")
+                assert record.version == 1 and store.stored_schedule(JOB) == record
+                assert store.schedule_changes(0) == ScheduleChanges(1, (record,))
+                assert store.poll(0) == Poll(requests, ScheduleChanges(1, (record,)))
+                base = store.now_ms() - 9_000
+                assert store.claim(JOB, base, runner="new", overlap="allow").outcome == "stale"
+                assert store.claim(JOB, base, runner="new", overlap="allow", version=1).outcome == "won"
+
+                assert old_claim("other", base, "tok-other") == "won"
+                assert old_claim(JOB, base + 1_000, "tok-b") == "won"  # 0.2 claims the code's schedule
+                assert old_call("SELECT lc.finish_v3(%s, %s, 'tok-b', 'success', NULL)", JOB, base + 1_000)[0]
+                finished = store.get_run(JOB, base + 1_000)
+                assert finished is not None and (finished.status, finished.runner) == ("success", "old")
+                assert store.set_schedule(JOB, by="ops").version == 2  # reset: the code's schedule again
+                assert store.claim(JOB, base + 2_000, runner="new", version=1).outcome == "stale"
+                assert store.claim(JOB, base + 2_000, runner="new", version=2, overlap="allow").won
+                assert store.get_run(JOB, slots["running"]) == runs[1]
     finally:
         old.close()
     assert FUNCTIONS <= {name for (name,) in _functions(schema, f"{TABLE}_%")}
@@ -646,7 +724,7 @@ def test_processes_opening_a_fresh_schema_at_once_all_succeed_and_create_it_once
     url = f"{_base_url()}?schema={schema}"
     results = race_in_processes(_open_and_claim, [(url, f"j{i}") for i in range(4)], timeout=60)
     assert sorted(results) == [(f"j{i}", "won") for i in range(4)]
-    assert _meta(schema) == [("schema_version", "3")]
+    assert _meta(schema) == STAMPED
     assert _query("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)) == [(1,)]
     functions = _query(
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s",
@@ -674,7 +752,8 @@ def test_a_schema_name_with_capitals_can_be_opened_twice(opened: Callable[..., A
 
 def test_a_reader_of_a_version_2_schema_finds_no_pause_and_no_request_and_changes_nothing(schema: str) -> None:
     """A store opened with create=False on a schema of version 2 reads it as it is: its runs as one
-    attempt each, no job paused, no request; the schema stays at version 2, without the requests table."""
+    attempt each, no job paused, no request, no stored schedule; the schema stays at version 2,
+    without the requests table."""
     _old_schema(schema, 2)
     _, slots = _older_runs(schema, "claim_v2")
     with leasecron.open_store(f"{_base_url()}?schema={schema}", create=False) as reader:
@@ -682,6 +761,7 @@ def test_a_reader_of_a_version_2_schema_finds_no_pause_and_no_request_and_change
         _one_attempt_each(reader, slots)
         assert reader.job_state(JOB) == JobState(JOB)
         assert reader.job_states() == [] and reader.pending_requests() == []
+        assert reader.stored_schedule(JOB) is None and reader.poll(0) == Poll([], ScheduleChanges(0))
     assert _meta(schema) == [("schema_version", "2")]
     assert _query("SELECT to_regclass(%s)", (f"{schema}.{TABLE}_requests",)) == [(None,)]
 
@@ -835,14 +915,10 @@ def test_a_child_forked_while_a_thread_holds_the_pool_lock_can_use_the_store(
 # -- 8. Pauses, requests and attempts -----------------------------------------------------------------
 
 
-def test_a_pause_is_decided_inside_the_claim_under_the_jobs_lock(schema: str, opened: Callable[..., Any]) -> None:
-    """Rule 16 is checked by the claim itself, once it holds the job's advisory lock: a pause that
-    another session commits while the claim waits for that lock (written straight into
-    <table>_jobs, under the lock, as pause does) makes the claim paused; nothing is written."""
-    app = _unique("lc_app")
-    store = opened(f"{_base_url()}?schema={schema}&application_name={app}")
-    assert store.job_states() == []  # the schema exists
-    slot = store.now_ms() - 1_000
+def _claim_while_held(store: PostgresStore, app: str, slot: int, hold: Callable[[Any], None]) -> object:
+    """The outcome of a claim of ``JOB`` at ``slot`` made while another session's transaction, which
+    ``hold(cursor)`` began, holds the job's lock: the claim waits for it (``app``: the store's
+    application_name, to see it wait), and is decided once that transaction commits."""
     answers: List[object] = []
 
     def claim() -> None:
@@ -856,11 +932,7 @@ def test_a_pause_is_decided_inside_the_claim_under_the_jobs_lock(schema: str, op
     try:
         with blocker.cursor() as cur:
             cur.execute("BEGIN")
-            cur.execute(f"SELECT {schema}.{TABLE}_lock(%s)", (JOB,))
-            cur.execute(
-                f"INSERT INTO {schema}.{TABLE}_jobs (job, finished, paused_by, paused_ms) VALUES (%s, 0, 'ops', 0)",
-                (JOB,),
-            )
+            hold(cur)
         thread.start()
         wait_for(lambda: any(b[1] == "Lock" for b in _backends(app)), 5, message="the claim never waited for the lock")
         assert answers == []
@@ -869,7 +941,27 @@ def test_a_pause_is_decided_inside_the_claim_under_the_jobs_lock(schema: str, op
             cur.execute("COMMIT")
         blocker.close()
     thread.join(10)
-    assert answers == ["paused"]
+    (answer,) = answers
+    return answer
+
+
+def test_a_pause_is_decided_inside_the_claim_under_the_jobs_lock(schema: str, opened: Callable[..., Any]) -> None:
+    """Rule 16 is checked by the claim itself, once it holds the job's advisory lock: a pause that
+    another session commits while the claim waits for that lock (written straight into
+    <table>_jobs, under the lock, as pause does) makes the claim paused; nothing is written."""
+    app = _unique("lc_app")
+    store = opened(f"{_base_url()}?schema={schema}&application_name={app}")
+    assert store.job_states() == []  # the schema exists
+    slot = store.now_ms() - 1_000
+
+    def pause(cur: Any) -> None:
+        cur.execute(f"SELECT {schema}.{TABLE}_lock(%s)", (JOB,))
+        cur.execute(
+            f"INSERT INTO {schema}.{TABLE}_jobs (job, finished, paused_by, paused_ms) VALUES (%s, 0, 'ops', 0)",
+            (JOB,),
+        )
+
+    assert _claim_while_held(store, app, slot, pause) == "paused"
     assert store.get_run(JOB, slot) is None and store.jobs() == []
     assert store.job_state(JOB).paused_by == "ops"
 
@@ -959,3 +1051,126 @@ def test_attempts_are_written_out_only_when_the_runs_own_fields_cannot_say_them(
          "ended_ms": attempts[1]["ended_ms"], "outcome": "success", "error": None},
     ]  # fmt: skip
     assert [a.to_dict() for a in store.runs(JOB)[0].attempts] == attempts
+
+
+# -- 9. Stored schedules --------------------------------------------------------------------------
+
+
+def test_concurrent_changes_get_every_version_and_cursor_once_and_a_reader_following_the_cursor_misses_none(
+    schema: str, opened: Callable[..., Any]
+) -> None:
+    """Eight threads each change one shared job 25 times and 25 jobs of their own once, at once,
+    while a reader asks for the changes from the cursor it last got: the shared job's changes get
+    versions 1-200, each once; the cursor ends at 400, the count of changes; and the reader saw
+    every job changed once (a change whose cursor it had passed before the change was visible
+    would never show again)."""
+    store = opened(f"{_base_url()}?schema={schema}&max_connections=10")
+    assert store.schedule_changes(0) == ScheduleChanges(0)  # the schema exists
+    threads, changes = 8, 25
+    versions: List[int] = []
+    seen: set = set()
+    done = threading.Event()
+    errors: List[BaseException] = []
+    barrier = threading.Barrier(threads + 1)
+
+    def change(i: int) -> None:
+        try:
+            barrier.wait(30)
+            for k in range(changes):
+                versions.append(store.set_schedule("shared", by=f"t{i}", schedule=k + 1).version)
+                assert store.set_schedule(f"own-{i}-{k}", by=f"t{i}", schedule=60).version == 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def follow() -> None:
+        cursor = 0
+        barrier.wait(30)
+        while True:
+            last = done.is_set()  # one more read once every change returned
+            answer = store.schedule_changes(cursor)
+            assert answer.cursor >= cursor
+            seen.update(record.job for record in answer.changes)
+            cursor = answer.cursor
+            if last:
+                return
+
+    workers = [threading.Thread(target=change, args=(i,), daemon=True) for i in range(threads)]
+    reader = threading.Thread(target=follow, daemon=True)
+    for thread in [*workers, reader]:
+        thread.start()
+    for thread in workers:
+        thread.join(60)
+    done.set()
+    reader.join(30)
+    assert not errors, errors
+    assert sorted(versions) == list(range(1, threads * changes + 1))
+    assert store.schedule_changes(0).cursor == 2 * threads * changes
+    assert store.stored_schedule("shared").version == threads * changes
+    assert {f"own-{i}-{k}" for i in range(threads) for k in range(changes)} <= seen
+
+
+def test_a_schedule_change_is_decided_against_a_claim_under_the_jobs_lock(
+    schema: str, opened: Callable[..., Any]
+) -> None:
+    """Rule 23 is checked by the claim once it holds the job's advisory lock, which set_schedule
+    holds until it commits: a claim made while another session's change of the schedule is not
+    yet committed waits for it, and is then answered stale; nothing is written."""
+    app = _unique("lc_app")
+    store = opened(f"{_base_url()}?schema={schema}&application_name={app}")
+    assert store.stored_schedule(JOB) is None  # the schema exists
+    slot = store.now_ms() - 1_000
+
+    def change(cur: Any) -> None:
+        cur.execute(f"SELECT * FROM {schema}.{TABLE}_set_schedule_v4(%s, 'ops', 'override', '30', NULL, NULL,"
+                    " '{}', '{}')", (JOB,))  # fmt: skip
+        assert cur.fetchone()[0] == 1
+
+    assert _claim_while_held(store, app, slot, change) == "stale"
+    assert store.get_run(JOB, slot) is None and store.jobs() == []
+    assert store.stored_schedule(JOB).version == 1
+
+
+def test_schedule_changes_and_poll_read_the_index_of_the_cursor(schema: str, opened: Callable[..., Any]) -> None:
+    """Among 20,000 stored schedules, schedule_changes and poll read the three changed after the
+    cursor asked about as a range of the cursor's index, and the newest cursor from its end: no
+    scan of the table."""
+    store = opened(f"{_base_url()}?schema={schema}")
+    schedules = f"{schema}.{TABLE}_schedules"
+    assert store.schedule_changes(0) == ScheduleChanges(0)  # the schema exists
+    _query(f"INSERT INTO {schedules} SELECT 'j' || i, i, 1, 'override', '30', NULL, NULL, '{{}}', '{{}}', 'ops', 0"
+           " FROM generate_series(1, 20000) i")  # fmt: skip
+    _query(f"ANALYZE {schedules}")
+    answer = store.schedule_changes(19_997)
+    assert answer.cursor == 20_000 and [r.job for r in answer.changes] == ["j19998", "j19999", "j20000"]
+    assert store.poll(19_997).schedules == answer
+    queries = load_queries("postgres", schema=schema, table=TABLE)
+    for name in ("schedule_changes", "poll"):
+        ((plan,),) = _query(f"EXPLAIN (FORMAT JSON) {queries[name]}", {"since": 19_997})
+        nodes = list(_plan_nodes(plan[0]["Plan"]))
+        on_table = [n for n in nodes if n.get("Relation Name") == f"{TABLE}_schedules"]
+        assert len(on_table) == 2 and all(n.get("Index Name") == f"{TABLE}_schedules_cursor" for n in on_table), name
+        assert sorted(n["Index Cond"] for n in on_table) == ["(cursor > '19997'::bigint)", "(cursor IS NOT NULL)"]
+
+
+def test_kwargs_and_options_read_back_as_the_json_they_were_written(schema: str, opened: Callable[..., Any]) -> None:
+    """kwargs are kept as the JSON text written (json, not jsonb): a float that jsonb would turn
+    into an integer (1e300, 1e16), -0.0, integers beyond 64 bits, escaped NUL and lone surrogates
+    read back as the same values of the same types, from every read."""
+    store = opened(f"{_base_url()}?schema={schema}")
+    kwargs = {"big": 1e300, "f": 1e16, "neg": -0.0, "i": 2**70, "nul": "a\x00b", "s": "\ud800", "deep": [{"x": [0.1]}]}
+    record = store.set_schedule("report", by="app", schedule=60, task="send", kwargs=kwargs)
+    text = json.dumps(kwargs, sort_keys=True)
+    for read in (record, store.stored_schedule("report"), store.schedule_changes(0).changes[0],
+                 store.poll(0).schedules.changes[0]):  # fmt: skip
+        assert read is not None and json.dumps(read.kwargs, sort_keys=True) == text
+
+
+def test_a_tampered_stored_schedule_is_a_store_error_naming_the_job(schema: str, opened: Callable[..., Any]) -> None:
+    """A stored schedule whose source or version was tampered with raises StoreError naming the
+    job, from every read, never a TypeError or KeyError from deep inside."""
+    store = opened(f"{_base_url()}?schema={schema}")
+    store.set_schedule(JOB, by="ops", schedule=30)
+    _query(f"UPDATE {schema}.{TABLE}_schedules SET source = 'lost' WHERE job = %s", (JOB,))
+    for read in (lambda: store.stored_schedule(JOB), lambda: store.schedule_changes(0), lambda: store.poll(0)):
+        with pytest.raises(StoreError, match=f"schedule of job '{JOB}'"):
+            read()

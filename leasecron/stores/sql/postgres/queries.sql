@@ -50,32 +50,33 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 -- has none, and keep_attempts (MAX_ATTEMPTS_KEPT). Returns: one row, the
 -- outcome and the run's columns (NULL when no run).
 SELECT c.outcome, (c.run).*
-FROM {schema}.{table}_claim_v3(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
+FROM {schema}.{table}_claim_v4(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
                                 %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s,
-                                %(keep_attempts)s) c;
+                                %(keep_attempts)s, %(version)s) c;
 
 -- name: claim_many
 -- Takes: jobs, slots, tokens, runners, reasons, leases, max_attempts,
--- max_lates, overlaps, histories (one array each, a claim per index, every
--- token given) and keep_attempts. Returns: a row per claim, in no order: its
--- index (from 1), the outcome and the run's columns (NULL when no run).
--- One statement, so one transaction: each claim's advisory lock is held
--- until the whole batch commits. The claims run in the order of their lock
--- keys (the job's hashtext, then their index), so two batches take their
--- locks in one order and never deadlock; claims of one job keep their order.
+-- max_lates, overlaps, histories, versions (one array each, a claim per
+-- index, every token given) and keep_attempts. Returns: a row per claim, in
+-- no order: its index (from 1), the outcome and the run's columns (NULL when
+-- no run). One statement, so one transaction: each claim's advisory lock is
+-- held until the whole batch commits. The claims run in the order of their
+-- lock keys (the job's hashtext, then their index), so two batches take
+-- their locks in one order and never deadlock; claims of one job keep their
+-- order.
 SELECT q.n, c.outcome, (c.run).*
 FROM (
     SELECT *
     FROM unnest(%(jobs)s::text[], %(slots)s::bigint[], %(tokens)s::text[], %(runners)s::text[],
                 %(reasons)s::text[], %(leases)s::bigint[], %(max_attempts)s::bigint[], %(max_lates)s::bigint[],
-                %(overlaps)s::text[], %(histories)s::bigint[])
+                %(overlaps)s::text[], %(histories)s::bigint[], %(versions)s::bigint[])
          WITH ORDINALITY AS u(job, slot_ms, token, runner, reason, lease_ms, max_attempts, max_late_ms, overlap,
-                              history_size, n)
+                              history_size, version, n)
     ORDER BY hashtext(u.job), u.n
 ) q
-CROSS JOIN LATERAL {schema}.{table}_claim_v3(q.job, q.slot_ms, q.token, q.runner, q.reason, q.lease_ms,
+CROSS JOIN LATERAL {schema}.{table}_claim_v4(q.job, q.slot_ms, q.token, q.runner, q.reason, q.lease_ms,
                                              q.max_attempts, q.max_late_ms, q.overlap, q.history_size,
-                                             %(keep_attempts)s) c;
+                                             %(keep_attempts)s, q.version) c;
 
 -- name: heartbeat
 -- Takes: job, slot_ms, token, lease_ms. Returns: one boolean (rule 13).
@@ -103,6 +104,37 @@ SELECT * FROM {schema}.{table}_pause_v3(%(job)s, NULL, NULL);
 -- Takes: job, by, max_late_ms, keep (REQUESTS_KEPT). Returns: one row, the
 -- request's slot_ms and expires_ms (rule 19).
 SELECT * FROM {schema}.{table}_request_run_v3(%(job)s, %(by)s, %(max_late_ms)s, %(keep)s);
+
+-- name: set_schedule
+-- Takes: job, by, source, schedule, tz, task, kwargs, options (the JSON text
+-- of each object). Returns: one row, the record's version and updated_ms
+-- (rule 24).
+SELECT * FROM {schema}.{table}_set_schedule_v4(%(job)s, %(by)s, %(source)s, %(schedule)s, %(tz)s, %(task)s,
+                                               %(kwargs)s::json, %(options)s::json);
+
+-- name: stored_schedule
+-- Takes: job. Returns: the job's record as a JSON object (the columns of
+-- {table}_schedules), or no row.
+SELECT row_to_json(s) FROM {schema}.{table}_schedules s WHERE s.job = %(job)s;
+
+-- name: schedule_changes
+-- Takes: since. Returns: one row, the newest cursor and the records saved
+-- after cursor `since`, a JSON array of objects by cursor. It reads the
+-- index of the cursors from `since` on: its cost grows with the changes only.
+SELECT c.cursor, c.changes FROM {schema}.{table}_schedule_changes_v4(%(since)s) c;
+
+-- name: poll
+-- Takes: since. Returns: one row, what schedule_changes returns, and the
+-- requests pending_requests returns as a JSON array of [job, slot_ms,
+-- requested_by, expires_ms, state], in its order: one statement, so one
+-- round trip and one snapshot (Store.poll).
+SELECT c.cursor, c.changes, (
+    SELECT coalesce(json_agg(json_build_array(q.job, q.slot_ms, q.requested_by, q.expires_ms, q.state)
+                             ORDER BY q.slot_ms, q.job COLLATE "C"), '[]'::json)
+    FROM {schema}.{table}_requests q
+    WHERE q.state IN ('pending', 'claimed') AND q.expires_ms >= (SELECT {schema}.{table}_now())
+)
+FROM {schema}.{table}_schedule_changes_v4(%(since)s) c;
 
 -- name: job_state
 -- Takes: job. Returns: one row, the job's state (paused_by, paused_ms, note,
