@@ -27,7 +27,6 @@ on a fleet rolled back to 0.2.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from contextlib import contextmanager
@@ -35,9 +34,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..controls import JobState, ManualRequest
-from ..errors import ConfigError, StoreError, shown
+from ..errors import ConfigError, StoreError
 from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
-from ..states import RequestState, ScheduleSource
+from ..states import RequestState
 from ..stored import Poll, ScheduleChanges, StoredSchedule
 from . import require
 from .base import REQUESTS_KEPT, ClaimRequest, Store
@@ -45,7 +44,8 @@ from .migrations import check_version, latest_version, migrate
 from .pg_connections import DEFAULT_TIMEOUT_S, Cursor, Pool, pooled_cursor, with_defaults
 from .pg_replication import Replication
 from .queries import check_identifier, load_queries
-from .records import new_token, read_record
+from .pg_rows import changes_of, job_state_of, no_nul, request_of, run_of, schedule_of
+from .records import new_token
 from .urls import masked_url
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
@@ -65,76 +65,6 @@ _SCHEDULES_VERSION = 4
 #: The most claims of a batch decided in one statement: a statement holds the locks of its jobs
 #: until it commits, so a batch of thousands is sent as several, each a short transaction.
 BATCH_MAX = 256
-
-#: The columns of ``<table>``, in order; a schema of version 2 or older has the first 13 only (its
-#: runs read as one attempt each).
-_RUN_COLUMNS = (
-    "job", "slot_ms", "attempt", "token", "runner", "status", "lease_end_ms",
-    "released", "handovers", "reason", "error", "started_ms", "finished_ms",
-    "attempts", "manual",
-)  # fmt: skip
-
-
-def _run(row: Tuple[Any, ...]) -> Run:
-    data = dict(zip(_RUN_COLUMNS, row))
-    return read_record(data["job"], data["slot_ms"], data).to_run()  # StoreError if it was tampered with
-
-
-_REQUEST_STATES = RequestState.values()
-
-
-def _request(job: str, item: Any) -> ManualRequest:
-    """A request as ``<table>_state_v3`` lists it: ``[slot_ms, requested_by, expires_ms, state]``."""
-    try:
-        slot_ms, by, expires_ms, state = item
-        if not (_is_int(slot_ms) and _is_int(expires_ms) and isinstance(by, str) and state in _REQUEST_STATES):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise StoreError(f"a stored request of job {job!r} is unreadable: {item!r}") from None
-    return ManualRequest(job, slot_ms, by, expires_ms, state)
-
-
-_SOURCES = ScheduleSource.values()
-_SCHEDULE_FIELDS = tuple(field.name for field in dataclasses.fields(StoredSchedule))
-
-
-def _schedule(item: Any) -> StoredSchedule:
-    """A record as ``<table>_schedules`` gives it, a JSON object of its columns (``cursor`` too)."""
-    try:
-        found = {name: item[name] for name in _SCHEDULE_FIELDS}
-        texts = [found[name] for name in ("schedule", "tz", "task")]
-        if not (
-            isinstance(found["job"], str) and _is_int(found["version"]) and found["source"] in _SOURCES
-            and all(text is None or isinstance(text, str) for text in texts)
-            and isinstance(found["kwargs"], dict) and isinstance(found["options"], dict)
-            and isinstance(found["updated_by"], str) and _is_int(found["updated_ms"])
-        ):  # fmt: skip
-            raise ValueError
-    except (TypeError, KeyError, ValueError):
-        job = item.get("job") if isinstance(item, dict) else None
-        raise StoreError(f"the stored schedule of job {job!r} is unreadable: {shown(item)}") from None
-    return StoredSchedule(**found)
-
-
-def _changes(cursor: int, changes: List[Any]) -> ScheduleChanges:
-    """A row of ``<table>_schedule_changes_v4``: the cursor and the records, oldest change first."""
-    return ScheduleChanges(int(cursor), tuple(_schedule(item) for item in changes))
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _job_state(job: str, row: Tuple[Any, ...]) -> JobState:
-    """A job's state from a row ``(paused_by, paused_ms, note, requests)`` (NULLs when not paused)."""
-    paused_by, paused_ms, note, requests = row
-    return JobState(job, paused_by is not None, paused_by, paused_ms, note, tuple(_request(job, r) for r in requests))
-
-
-def _no_nul(text: str) -> str:
-    # PostgreSQL text cannot hold NUL; an error message may.
-    return text.replace("\x00", "\ufffd")
-
 
 class PostgresStore(Store):
     """The store contract in a PostgreSQL database (``postgresql://``, ``postgres://``).
@@ -329,7 +259,7 @@ class PostgresStore(Store):
         if request.token is None:
             params["token"] = new_token()
         row = self._one("claim", f"claim of {request.job!r}", **params)
-        return Claim(row[0], None if row[1] is None else _run(row[1:]))
+        return Claim(row[0], None if row[1] is None else run_of(row[1:]))
 
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
         """One statement per :data:`BATCH_MAX` claims (see ``claim_many`` in ``queries.sql``)."""
@@ -347,7 +277,7 @@ class PostgresStore(Store):
                 "versions": [r.version for r in chunk], "keep_attempts": MAX_ATTEMPTS_KEPT,
             }  # fmt: skip
             rows = sorted(self._all("claim_many", f"claims of {len(chunk)} jobs", **params), key=lambda row: row[0])
-            answers += [Claim(row[1], None if row[2] is None else _run(row[2:])) for row in rows]
+            answers += [Claim(row[1], None if row[2] is None else run_of(row[2:])) for row in rows]
         return answers
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
@@ -356,7 +286,7 @@ class PostgresStore(Store):
 
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         params = {"job": job, "slot_ms": slot_ms, "token": token, "status": status}
-        params["error"] = None if error is None else _no_nul(error)
+        params["error"] = None if error is None else no_nul(error)
         return bool(self._one("finish", f"finish of {job!r}", **params)[0])
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
@@ -364,18 +294,18 @@ class PostgresStore(Store):
         return bool(self._one("release", f"release of {job!r}", **params)[0])
 
     def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
-        return _job_state(job, self._one("pause", f"pause of {job!r}", job=job, by=by, note=note))
+        return job_state_of(job, self._one("pause", f"pause of {job!r}", job=job, by=by, note=note))
 
     def _resume(self, job: str, by: str) -> JobState:
-        return _job_state(job, self._one("resume", f"resume of {job!r}", job=job))
+        return job_state_of(job, self._one("resume", f"resume of {job!r}", job=job))
 
     def _job_state(self, job: str) -> JobState:
         rows = self._rows_since(_CONTROLS_VERSION, "job_state", f"reading the state of {job!r}", job=job)
-        return _job_state(job, rows[0]) if rows else JobState(job)
+        return job_state_of(job, rows[0]) if rows else JobState(job)
 
     def _job_states(self) -> List[JobState]:
         rows = self._rows_since(_CONTROLS_VERSION, "job_states", "reading the states of the jobs") or []
-        return [_job_state(row[0], row[1:]) for row in rows]
+        return [job_state_of(row[0], row[1:]) for row in rows]
 
     def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
         params = {"job": job, "by": by, "max_late_ms": max_late_ms, "keep": REQUESTS_KEPT}
@@ -402,12 +332,12 @@ class PostgresStore(Store):
     def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
         """One statement; None from a schema older than version 4 (create=False reads it as it is)."""
         rows = self._rows_since(_SCHEDULES_VERSION, "stored_schedule", f"reading the schedule of {job!r}", job=job)
-        return _schedule(rows[0][0]) if rows else None
+        return schedule_of(rows[0][0]) if rows else None
 
     def _schedule_changes(self, since: int) -> ScheduleChanges:
         """One statement, a range of the cursor's index; nothing from a schema older than version 4."""
         rows = self._rows_since(_SCHEDULES_VERSION, "schedule_changes", "reading the schedule changes", since=since)
-        return _changes(*rows[0]) if rows else ScheduleChanges(since)
+        return changes_of(*rows[0]) if rows else ScheduleChanges(since)
 
     def _poll(self, since: int) -> Poll:
         """One statement (``poll`` in ``queries.sql``): the requests and the changes in one snapshot."""
@@ -415,27 +345,27 @@ class PostgresStore(Store):
         if not rows:  # an older schema, read as it is: no stored schedule
             return Poll(self._pending_requests(), ScheduleChanges(since))
         cursor, changes, requests = rows[0]
-        return Poll([_request(item[0], item[1:]) for item in requests], _changes(cursor, changes))
+        return Poll([request_of(item[0], item[1:]) for item in requests], changes_of(cursor, changes))
 
     def _pending_requests(self) -> List[ManualRequest]:
         rows = self._rows_since(_CONTROLS_VERSION, "pending_requests", "reading the pending requests") or []
-        return [_request(job, (slot, by, expires, state)) for job, slot, by, expires, state in rows]
+        return [request_of(job, (slot, by, expires, state)) for job, slot, by, expires, state in rows]
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         rows = self._all("get", f"reading {job!r}", job=job, slot_ms=slot_ms)
-        return _run(rows[0]) if rows else None
+        return run_of(rows[0]) if rows else None
 
     def _unfinished(self, job: str) -> List[Run]:
-        return [_run(row) for row in self._all("unfinished", f"reading {job!r}", job=job)]
+        return [run_of(row) for row in self._all("unfinished", f"reading {job!r}", job=job)]
 
     def _runs(self, job: str, limit: int) -> List[Run]:
-        return [_run(row) for row in self._all("runs", f"reading {job!r}", job=job, limit=limit)]
+        return [run_of(row) for row in self._all("runs", f"reading {job!r}", job=job, limit=limit)]
 
     def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
         """One statement (``recent_runs`` in ``queries.sql``)."""
         found: Dict[str, List[Run]] = {job: [] for job in jobs}
         for row in self._all("recent_runs", f"reading the runs of {len(jobs)} jobs", jobs=jobs, limit=limit):
-            run = _run(row)
+            run = run_of(row)
             found[run.job].append(run)
         return found
 
