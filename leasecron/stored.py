@@ -175,7 +175,6 @@ def _json_object(what: str, value: object) -> Dict[str, Any]:
         raise ConfigError(f"{what} must be JSON (numbers, text, true/false/null, lists, objects): {exc}") from None
     if len(text.encode("utf-8")) > MAX_JSON_BYTES:
         raise ConfigError(f"{what} must be at most {MAX_JSON_BYTES} bytes of JSON, not {len(text.encode())}")
-    check_text(what, text)
     return dict(json.loads(text))
 
 
