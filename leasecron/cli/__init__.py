@@ -2,10 +2,11 @@
 
 Each subcommand calls one function of :mod:`~leasecron.cli.commands` (``runs``, ``jobs``,
 ``check``, ``run``), :mod:`~leasecron.cli.controls` (``pause``, ``resume``, ``trigger``),
-:mod:`~leasecron.cli.show`, :mod:`~leasecron.cli.dashboard` or :mod:`~leasecron.cli.demo`; the
-``flask leasecron`` group calls the same functions. Expected errors print one line on stderr: a
-bad option, URL or ``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2, a failed
-command with 1. ``docs/operating.rst`` (Command line) lists the commands.
+:mod:`~leasecron.cli.schedules` (``reschedule``, ``put``, ``delete``), :mod:`~leasecron.cli.show`,
+:mod:`~leasecron.cli.dashboard` or :mod:`~leasecron.cli.demo`; the ``flask leasecron`` group
+calls the same functions. Expected errors print one line on stderr: a bad option, URL or
+``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2, a failed command with 1.
+``docs/operating.rst`` (Command line) lists the commands.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, List, Optional
 
 from .. import __version__
 from ..errors import ConfigError, LeaseCronError
-from . import commands, controls, dashboard, demo, show
+from . import commands, controls, dashboard, demo, schedules, show
 
 __all__ = ["main", "build_parser"]
 
@@ -51,11 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = _command(
         sub,
         "jobs",
-        "list the jobs: last run, stored runs, paused or not, pending manual runs, (with --app) next slot",
-        "List each job with stored runs, or paused, or with requests for manual runs: its last run, how many"
-        " runs the store keeps, who paused it, when and why, and its pending manual runs. The store holds no"
-        " schedules: --app module:attr (a LeaseCron, or a Flask app with LeaseCronExtension) adds each"
-        " registered job's schedule and next slot." + _READS_ONLY,
+        "list the jobs: last run, stored runs, paused or not, pending manual runs, stored schedules, next slot",
+        "List each job with stored runs, or paused, or with requests for manual runs, or with a schedule stored"
+        " in the store: its last run, how many runs the store keeps, who paused it, when and why, its pending"
+        " manual runs, and its stored schedule (an override of a code job's, or a stored job: task, kwargs,"
+        " version) with its next slot. The store holds no schedules of the code's jobs: --app module:attr (a"
+        " LeaseCron, or a Flask app with LeaseCronExtension) adds each registered job's schedule and next slot."
+        + _READS_ONLY,
     )
     _url_argument(jobs, "store URL (default: the store of --app's LeaseCron)")
     jobs.add_argument("--app", metavar="module:attr", help="the LeaseCron (or Flask app) that registers the jobs")
@@ -125,6 +128,58 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _by_argument(trigger)
     _json_argument(trigger, "a JSON object: the request, and with --wait the result and the run")
+
+    reschedule = _command(
+        sub,
+        "reschedule",
+        "override a code job's schedule on every instance, or --reset it to the code's",
+        "Store EXPR as JOB's schedule (a cron string, or a plain number: an interval in seconds) in place of its"
+        " code's, on every instance: each applies it within its poll_ms, and from now on no instance starts a slot"
+        " of the schedule it replaced. --tz defaults to the job's own zone. --reset goes back to the code's"
+        " schedule. A job stored whole is changed with `leasecron put`." + _WRITES,
+    )
+    _url_argument(reschedule)
+    _job_argument(reschedule)
+    reschedule.add_argument("expr", nargs="?", metavar="EXPR", help="a cron string ('*/10 * * * *') or seconds ('90')")
+    reschedule.add_argument("--tz", metavar="TZ", help="the zone EXPR is read in (default: the job's own)")
+    reschedule.add_argument("--reset", action="store_true", help="go back to the schedule in the code")
+    _by_argument(reschedule)
+    _json_argument(reschedule, "the stored record as a JSON object")
+
+    put = _command(
+        sub,
+        "put",
+        "store a whole job: a task (cron.task), its schedule, kwargs and options",
+        "Create or replace the stored job NAME: every instance that registers TASK (cron.task) runs it on EXPR (a"
+        " cron string, or a plain number: seconds) with the JSON --kwargs as keyword arguments, from its next"
+        " poll; an instance without the task leaves it to the others. The schedule, zone, kwargs and options"
+        " are checked (with leasecron's defaults for the options not given) before anything is stored."
+        + _WRITES,
+    )
+    _url_argument(put)
+    put.add_argument("job", metavar="NAME", help="the stored job's name (never a job's in code)")
+    put.add_argument("--task", required=True, metavar="TASK", help="the task that runs it (cron.task's name)")
+    put.add_argument("--schedule", required=True, metavar="EXPR", help="a cron string, or seconds ('90')")
+    put.add_argument("--tz", metavar="TZ", help="the zone EXPR is read in (default: the instances' tz)")
+    put.add_argument("--kwargs", metavar="JSON", help="the handler's keyword arguments, a JSON object")
+    put.add_argument(
+        "--option", action="append", metavar="NAME=VALUE",
+        help="a job option (lease_ms=60000, overlap=allow, timeout_ms=600000, ...); VALUE is JSON or text; repeat it",
+    )  # fmt: skip
+    _by_argument(put)
+    _json_argument(put, "the stored job as a JSON object")
+
+    delete = _command(
+        sub,
+        "delete",
+        "delete a stored job on every instance",
+        "Delete the stored job NAME: no instance starts a new run of it from now on; a run that is running goes"
+        " on. A name the store holds no stored job of is an error." + _WRITES,
+    )
+    _url_argument(delete)
+    delete.add_argument("job", metavar="NAME", help="the stored job's name")
+    _by_argument(delete)
+    _json_argument(delete, "the store's record as a JSON object")
 
     check = _command(
         sub,
@@ -215,6 +270,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         "pause": controls.cmd_pause,
         "resume": controls.cmd_resume,
         "trigger": controls.cmd_trigger,
+        "reschedule": schedules.cmd_reschedule,
+        "put": schedules.cmd_put,
+        "delete": schedules.cmd_delete,
         "check": commands.cmd_check,
         "run": commands.cmd_run,
         "dashboard": dashboard.cmd_dashboard,

@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..engine.clock import StoreClock
 from ..errors import ConfigError
@@ -28,12 +28,13 @@ from ..cron import LeaseCron
 from .targets import load_cron
 from ..stores import Store, open_store
 from ..stores.checks import MAX_RECENT_JOBS
-from .tables import JobRow, job_dict, jobs_lines, runs_lines
+from .tables import JobRow, job_dict, jobs_lines, runs_lines, scheduled
 
 __all__ = [
     "CHECK_PROBE_JOB",
     "COUNT_CAP",
     "CommandError",
+    "app_defaults",
     "check_output",
     "cmd_check",
     "cmd_jobs",
@@ -139,6 +140,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def app_defaults(cron: Optional[LeaseCron]) -> Optional[Dict[str, Any]]:
+    """The job defaults of ``cron`` (its options given to ``LeaseCron(...)``), None without one."""
+    return None if cron is None else dict(cron._defaults)
+
+
 def _store_of(cron: Optional[LeaseCron]) -> Store:
     assert cron is not None
     return cron.store
@@ -148,37 +154,43 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
     """The lines ``jobs`` prints: each job with stored runs, paused or with requests for manual
     runs (and each job of ``cron``), with its last run, how many runs the store keeps, its pause
     and pending manual runs (one :meth:`~leasecron.Store.job_states` call for every job, one
-    :meth:`~leasecron.Store.recent_runs` per 1,000 jobs), and —
-    from ``cron``'s schedules — its next slot. Creates nothing (:func:`reading`)."""
+    :meth:`~leasecron.Store.recent_runs` per 1,000 jobs), the schedules stored in the store (an
+    override, or a stored job: one :meth:`~leasecron.Store.schedule_changes` call) and — from
+    them and ``cron``'s schedules — its next slot. Creates nothing (:func:`reading`)."""
     registered = cron.jobs if cron is not None else {}
+    defaults = app_defaults(cron)
     with reading(store):
         now_ms = store.now_ms()
         states = {state.job: state for state in store.job_states()}
-        names = sorted(set(store.jobs()) | set(registered) | set(states))
+        records = {record.job: record for record in store.schedule_changes(0).changes}
+        stored = {name for name, record in records.items() if record.active}
+        names = sorted(set(store.jobs()) | set(registered) | set(states) | stored)
         runs_of: Dict[str, List[Run]] = {}
         for start in range(0, len(names), MAX_RECENT_JOBS):  # one store call per 1,000 jobs
             runs_of.update(store.recent_runs(names[start : start + MAX_RECENT_JOBS], COUNT_CAP + 1))
     rows = []
     for name, runs in runs_of.items():
         job = registered.get(name)
+        schedule, options = scheduled(job, records.get(name), defaults)
         rows.append(
             JobRow(
                 name=name,
                 stored=min(len(runs), COUNT_CAP),
                 capped=len(runs) > COUNT_CAP,
                 last=runs[0] if runs else None,
-                schedule=job.schedule if job else None,
-                next_ms=job.schedule.next_after(now_ms) if job else None,
+                schedule=schedule,
+                next_ms=schedule.next_after(now_ms) if schedule is not None else None,
                 registered=job is not None,
                 state=states.get(name),
-                options=job.options if job else None,
+                options=options,
+                record=records.get(name),
             )
         )
     if as_json:
         return [json.dumps([job_dict(row) for row in rows], indent=2)]
     if not rows:
         registered_too = "" if cron is None else " or registered"
-        return [f"No jobs in {store!r}: no job has stored runs or is paused{registered_too}"]
+        return [f"No jobs in {store!r}: no job has stored runs, is paused or has a stored schedule{registered_too}"]
     return jobs_lines(rows, now_ms, repr(store), with_app=cron is not None)
 
 

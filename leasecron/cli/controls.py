@@ -39,12 +39,15 @@ __all__ = [
     "cmd_trigger",
     "check_registered",
     "creating_nothing",
+    "existing_store",
     "pause_output",
+    "print_lines",
     "resume_output",
     "trigger",
     "unknown_job_warning",
     "wait_for_run",
     "wait_seconds",
+    "warn",
 ]
 
 #: How often ``trigger --wait`` reads the store, in seconds.
@@ -87,7 +90,7 @@ def check_registered(job: str, registered: Collection[str], command: str) -> Non
 
 
 @contextmanager
-def _existing(url: str, command: str) -> Iterator[Store]:
+def existing_store(url: str, command: str) -> Iterator[Store]:
     """The store at ``url`` opened to write without creating anything; its missing parts said plainly."""
     store = open_store(url, create=False)
     try:
@@ -113,12 +116,14 @@ def creating_nothing(command: str) -> Iterator[None]:
         ) from exc
 
 
-def _print(lines: List[str]) -> None:
+def print_lines(lines: List[str]) -> None:
+    """Print ``lines`` on stdout, each flushed."""
     for line in lines:
         print(line, flush=True)
 
 
-def _warn(command: str, text: Optional[str]) -> None:
+def warn(command: str, text: Optional[str]) -> None:
+    """Print ``text``, if any, as a warning of ``leasecron COMMAND`` on stderr."""
     if text is not None:
         print(f"leasecron {command}: warning: {text}", file=sys.stderr, flush=True)
 
@@ -128,9 +133,9 @@ def _warn(command: str, text: Optional[str]) -> None:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     """``leasecron pause URL JOB [--note TEXT] [--by WHO] [--json]``."""
-    with _existing(args.url, "pause") as store:
-        _print(pause_output(store, args.job, actor(args.by), args.note, args.json))
-        _warn("pause", unknown_job_warning(store, args.job))
+    with existing_store(args.url, "pause") as store:
+        print_lines(pause_output(store, args.job, actor(args.by), args.note, args.json))
+        warn("pause", unknown_job_warning(store, args.job))
     return 0
 
 
@@ -153,9 +158,9 @@ def _pause_text(state: JobState) -> str:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``leasecron resume URL JOB [--by WHO] [--json]``."""
-    with _existing(args.url, "resume") as store:
-        _print(resume_output(store, args.job, actor(args.by), args.json))
-        _warn("resume", unknown_job_warning(store, args.job))
+    with existing_store(args.url, "resume") as store:
+        print_lines(resume_output(store, args.job, actor(args.by), args.json))
+        warn("resume", unknown_job_warning(store, args.job))
     return 0
 
 
@@ -191,7 +196,7 @@ class Waited:
 def cmd_trigger(args: argparse.Namespace) -> int:
     """``leasecron trigger URL JOB [--max-late-ms N] [--wait [--timeout S]] [--by WHO] [--json]``."""
     wait_s = wait_seconds(args.wait, args.timeout)
-    with _existing(args.url, "trigger") as store:
+    with existing_store(args.url, "trigger") as store:
         return trigger(
             store,
             args.job,
@@ -200,7 +205,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             wait_s=wait_s,
             as_json=args.json,
             emit=lambda line: print(line, flush=True),
-            warn=lambda text: _warn("trigger", text),
+            warn=lambda text: warn("trigger", text),
         )
 
 

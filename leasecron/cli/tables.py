@@ -12,8 +12,9 @@ the forms of :mod:`leasecron.formatting`, which the dashboard shows too.
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime, timezone
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..controls import JobState, ManualRequest
 from ..formatting import (
@@ -26,10 +27,13 @@ from ..formatting import (
     utc_text,
     utc_time,
 )
-from ..options import JobOptions
+from ..errors import ConfigError
+from ..jobs import Job
+from ..options import JobOptions, resolve_options
 from ..runs import Run
-from ..schedules import Schedule
-from ..states import Status
+from ..schedules import Schedule, make_schedule
+from ..states import ScheduleSource, Status
+from ..stored import StoredSchedule, schedule_spec
 
 __all__ = [
     "JobRow",
@@ -39,7 +43,9 @@ __all__ = [
     "limit_lines",
     "request_line",
     "runs_lines",
+    "scheduled",
     "state_lines",
+    "stored_lines",
 ]
 
 
@@ -112,7 +118,9 @@ class JobRow:
     given with ``--app`` (the store holds no schedules); ``stored`` counts the
     stored runs, and ``capped`` says the count stopped there (there are more).
     ``state`` is the job's pause and requests, for a job that has either;
-    ``options`` the job's options, for a job of the application.
+    ``options`` the job's options, for a job of the application. ``record``
+    is what the store holds of the job's schedule (:func:`scheduled` makes
+    ``schedule`` of it), for a job that has one.
     """
 
     name: str
@@ -124,6 +132,33 @@ class JobRow:
     registered: bool = False
     state: Optional[JobState] = None
     options: Optional[JobOptions] = None
+    record: Optional[StoredSchedule] = None
+
+
+def scheduled(
+    code: Optional[Job], record: Optional[StoredSchedule], defaults: Optional[Mapping[str, Any]]
+) -> Tuple[Optional[Schedule], Optional[JobOptions]]:
+    """The schedule and options of what runs under a name, as an instance decides it
+    (:func:`~leasecron.jobs.effective_job`): ``code`` is the app's job of that name, ``record``
+    the store's record, ``defaults`` the app's job defaults (None: no app given). A stored job
+    never takes a code job's name; an ``override`` or a stored job is read in its stored ``tz``,
+    else in the job's (the app's) zone: without an app, a cron string stored without a zone has
+    no known schedule (None)."""
+    if record is None or not record.active or (code is not None and record.source == ScheduleSource.STORED):
+        return (code.schedule, code.options) if code is not None else (None, None)
+    assert record.schedule is not None
+    spec = schedule_spec(record.schedule)
+    options = code.options if code is not None else None
+    zone = record.tz or (code.options.tz if code is not None else None)
+    if record.source == ScheduleSource.STORED and defaults is not None:
+        zone = record.tz or defaults.get("tz", "UTC")
+        try:
+            options = resolve_options(defaults, {**record.options, "tz": zone}, record.job)
+        except ConfigError:  # the instances skip it with a WARNING line: no options to show
+            options = None
+    if zone is None and isinstance(spec, str):
+        return None, options
+    return make_schedule(spec, zone or "UTC"), options
 
 
 JOBS_HEADERS = [
@@ -140,6 +175,9 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
         last, paused = row.last, row.state is not None and row.state.paused
         if row.schedule is not None:
             schedule = format_schedule(row.schedule)
+        elif _stored_source(row) is not None:
+            assert row.record is not None
+            schedule = f"{row.record.schedule} ({_zone_text(row.record)})"
         else:
             schedule = "(not in app)" if with_app else "-"
         if row.next_ms is None:
@@ -163,13 +201,51 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
         )
     lines = format_table(JOBS_HEADERS, cells, align="lllr") + state_lines(
         [row.state for row in rows if row.state is not None], now_ms
-    ) + limit_lines(rows)
+    ) + limit_lines(rows) + stored_lines(rows, now_ms)
     lines.append("")
     lines.append(f"{len(rows)} job(s) in {where}; 'runs' counts the runs the store keeps (history_size per job)")
-    if not with_app:
-        lines.append("schedule and next slot: '-' because the store holds no schedules; to show them, add")
-        lines.append("  --app module:attr (your LeaseCron, or a Flask app with LeaseCronExtension)")
+    if not with_app and any(row.schedule is None and _stored_source(row) is None for row in rows):
+        lines.append("schedule and next slot: '-' for a job in code, as the store holds no schedules of the code's")
+        lines.append("  jobs; to show them, add --app module:attr (your LeaseCron, or a Flask app with")
+        lines.append("  LeaseCronExtension)")
     return lines
+
+
+def stored_lines(rows: Sequence[JobRow], now_ms: int) -> List[str]:
+    """Under the ``jobs`` table: each schedule stored in the store, an ``override`` of a code job's
+    or a ``stored`` job with its task, kwargs and options, its version and who changed it last,
+    when (none stored: no line); ``now_ms`` is the store's clock."""
+    records = [row.record for row in rows if row.record is not None and row.record.active]
+    if not records:
+        return []
+    width = max(len(record.job) for record in records)
+    lines = ["", "Stored schedules (in place of the code's, on every instance; `leasecron reschedule`, `put` and"
+             " `delete` change them):"]  # fmt: skip
+    for r in records:
+        task = f", task {r.task}, kwargs {json.dumps(dict(r.kwargs))}" if r.source == ScheduleSource.STORED else ""
+        options = f", options {json.dumps(dict(r.options))}" if r.options else ""
+        ago = format_duration(max(0, now_ms - r.updated_ms))
+        lines.append(
+            f"  {r.job.ljust(width)}  source {r.source}{task}, schedule {r.schedule}, tz {r.tz or _zone_text(r)},"
+            f" version {r.version}{options}; by {r.updated_by}, {utc_time(r.updated_ms)} UTC ({ago} ago)"
+        )
+    return lines
+
+
+def _stored_source(row: JobRow) -> Optional[StoredSchedule]:
+    """The row's record when its schedule comes from the store: an override, or a stored job whose
+    name no job of the app registers in code (else the code's job runs)."""
+    record = row.record
+    if record is None or not record.active or (record.source == ScheduleSource.STORED and row.registered):
+        return None
+    return record
+
+
+def _zone_text(record: StoredSchedule) -> str:
+    """The zone of a record stored without one: the code job's, or the instances' (a stored job's)."""
+    if record.tz is not None:
+        return record.tz
+    return "the job's" if record.source == ScheduleSource.OVERRIDE else "the instances'"
 
 
 def state_lines(states: Sequence[JobState], now_ms: int) -> List[str]:
@@ -232,12 +308,28 @@ def _finished(run: Optional[Run], now_ms: int) -> str:
 def job_dict(row: JobRow) -> Dict[str, object]:
     """A row of the ``jobs`` table as plain JSON-ready values (``--json``): the job's last run and
     next slot, and its pause (``paused``, ``paused_by``, ``paused_ms``, ``note``) and the
-    requests for manual runs the store keeps (``requests``, each with its ``state``)."""
+    requests for manual runs the store keeps (``requests``, each with its ``state``), and where
+    its schedule comes from: ``source`` (``code``, ``override``, ``stored``; None when unknown),
+    the stored ``tz`` (None: the job's own), the ``version`` its claims carry, and the store's
+    record (``stored_schedule``: task, kwargs, options, who changed it, when)."""
     state = row.state if row.state is not None else JobState(row.name)
+    stored = _stored_source(row)
+    schedule = stored.schedule if stored is not None else None
+    if row.schedule is not None:
+        schedule = format_schedule(row.schedule)
+    if stored is not None:
+        source: Optional[str] = stored.source
+        tz = stored.tz
+    else:
+        source = ScheduleSource.CODE if row.registered else None
+        tz = row.options.tz if row.registered and row.options is not None else None
     return {
         "job": row.name,
         "registered": row.registered,
-        "schedule": format_schedule(row.schedule) if row.schedule is not None else None,
+        "schedule": schedule,
+        "source": source,
+        "tz": tz,
+        "version": row.record.version if row.record is not None else 0,
         "stored_runs": row.stored,
         "stored_runs_capped": row.capped,
         "last_run": row.last.to_dict() if row.last else None,
@@ -251,4 +343,5 @@ def job_dict(row: JobRow) -> Dict[str, object]:
         "note": state.note,
         "requests": [request.to_dict() for request in state.requests],
         "options": dataclasses.asdict(row.options) if row.options is not None else None,
+        "stored_schedule": row.record.to_dict() if row.record is not None else None,
     }

@@ -1,10 +1,10 @@
 """Flask: :class:`LeaseCronExtension`, the ``init_app`` extension, and the ``flask leasecron`` commands.
 
-Jobs and event callbacks are registered on the extension, usually at import time, before any
-app exists; :meth:`LeaseCronExtension.init_app` builds one :class:`~leasecron.LeaseCron` per
-app from its ``LEASECRON_*`` config keys (:data:`CONFIG_KEYS`; a key wins over the
-constructor's option), registers every job with a handler that runs inside
-``app.app_context()``, and adds the ``flask leasecron`` group
+Jobs, tasks (the handlers of stored jobs) and event callbacks are registered on the extension,
+usually at import time, before any app exists; :meth:`LeaseCronExtension.init_app` builds one
+:class:`~leasecron.LeaseCron` per app from its ``LEASECRON_*`` config keys (:data:`CONFIG_KEYS`;
+a key wins over the constructor's option), registers every job and task with a handler that runs
+inside ``app.app_context()``, and adds the ``flask leasecron`` group
 (:mod:`leasecron.contrib.flask_commands`). The one idea: ``init_app`` never starts the cron,
 since every process that creates the app would run jobs; start it where they belong.
 :doc:`The Flask guide <flask>` says where to start it, the config keys and the commands.
@@ -23,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - the test environment has Flask
 
 from ..errors import ConfigError
 from ..events import EVENT_TYPES, Callback, Event
-from ..jobs import Handler, job_decorator, job_name, job_schedule
+from ..jobs import Handler, job_decorator, job_name, job_schedule, make_task
 from ..options import OPTION_NAMES, OPTIONS, check_option
 from ..cron import LeaseCron
 from ..schedules import ScheduleSpec
@@ -61,6 +61,7 @@ class LeaseCronExtension:
             )
         self._options = {name: value for name, value in options.items() if value is not None}
         self._jobs: List[Tuple[str, Handler, ScheduleSpec, Dict[str, Any]]] = []
+        self._tasks: List[Tuple[str, Handler]] = []
         self._callbacks: List[Tuple[str, Callback]] = []
         self._apps: List[Tuple[Flask, LeaseCron]] = []
         if app is not None:
@@ -93,6 +94,22 @@ class LeaseCronExtension:
             cron.add_job(_in_app_context(app, func), schedule, name=name, **options)
         self._jobs.append((name, func, schedule, dict(options)))
 
+    def task(self, name: Optional[str] = None) -> Callable[[Handler], Handler]:
+        """Decorator: register the function as a task of every app (:meth:`leasecron.LeaseCron.task`),
+        the handler of the stored jobs that name it, run inside the app context; returns it unchanged.
+        ``name`` defaults to ``"module.qualname"``. Also after ``init_app``: it reaches every app."""
+
+        def register(func: Handler) -> Handler:
+            task = make_task(func, name)  # ConfigError now, before any app
+            if any(task.name == known for known, _ in self._tasks):
+                raise ConfigError(f"task {task.name!r} is already registered")
+            for app, cron in self._apps:
+                cron.task(task.name)(_in_app_context(app, func))
+            self._tasks.append((task.name, func))
+            return func
+
+        return register
+
     def on(self, event: str, callback: Callback) -> None:
         """Call ``callback(event)``, inside the app context, on each event of a type (see
         :meth:`leasecron.LeaseCron.on`), for every app of this extension."""
@@ -107,7 +124,7 @@ class LeaseCronExtension:
     # -- apps ------------------------------------------------------------------------------
 
     def init_app(self, app: Flask) -> LeaseCron:
-        """Build the app's :class:`~leasecron.LeaseCron` from its config, with every job registered.
+        """Build the app's :class:`~leasecron.LeaseCron` from its config, with every job and task registered.
 
         Stores it in ``app.extensions["leasecron"]`` and returns it; adds the
         ``flask leasecron`` commands. Does not start it (see :doc:`the Flask guide <flask>`:
@@ -120,6 +137,8 @@ class LeaseCronExtension:
         try:
             for name, func, schedule, options in self._jobs:
                 cron.add_job(_in_app_context(app, func), schedule, name=name, **options)
+            for name, func in self._tasks:
+                cron.task(name)(_in_app_context(app, func))
         except ConfigError:
             if opened:  # a store given as an object stays open: it is its owner's
                 cron.store.close()

@@ -2,8 +2,10 @@
 app's own cron, and :func:`cron_of`, which finds that cron.
 
 Each command calls the function the ``leasecron`` command calls (:mod:`~leasecron.cli.commands`,
-:mod:`~leasecron.cli.controls`), with the app's store and jobs: ``pause``, ``resume`` and
-``trigger`` refuse a job the app does not register, and write to the app's store as the app
+:mod:`~leasecron.cli.controls`, :mod:`~leasecron.cli.schedules`), with the app's store and jobs:
+``pause``, ``resume``, ``trigger`` and ``reschedule`` refuse a job the app does not register,
+``put`` a name the app registers in code (and checks the kwargs against the app's task, the
+options with the app's defaults, as ``cron.put_job`` does), and they write to the app's store as the app
 opened it (its URL is the app's configuration, not an operator's typing). :doc:`The Flask guide
 <flask>` lists the commands.
 """
@@ -11,7 +13,7 @@ opened it (its URL is the app's configuration, not an operator's typing). :doc:`
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 try:
     import click
@@ -20,9 +22,10 @@ try:
 except ImportError as exc:  # pragma: no cover - the test environment has Flask
     raise ImportError(f"leasecron.contrib.flask needs Flask: pip install 'leasecron[flask]' ({exc})") from exc
 
-from ..cli import commands, controls, show
+from ..cli import commands, controls, schedules, show
 from ..cron import LeaseCron
 from ..errors import ConfigError, LeaseCronError
+from ..jobs import check_kwargs
 
 __all__ = ["EXTENSION_KEY", "cli", "cron_of"]
 
@@ -90,11 +93,12 @@ def _runs(job: Optional[str], limit: int, as_json: bool) -> None:
     _echo(commands.runs_output(cron_of(current_app).store, job, limit, as_json))
 
 
-@cli.command("jobs", short_help="List the jobs: last run, pause, next slot.")
+@cli.command("jobs", short_help="List the jobs: last run, pause, stored schedules, next slot.")
 @_json("a JSON list of jobs")
 @_command
 def _jobs(as_json: bool) -> None:
-    """List the app's jobs: schedule, last run, stored runs, pause, pending manual runs, next slot."""
+    """List the app's jobs and the store's stored schedules: schedule (an override shown), last run,
+    stored runs, pause, pending manual runs, next slot."""
     cron = cron_of(current_app)
     _echo(commands.jobs_output(cron.store, cron, as_json))
 
@@ -155,6 +159,61 @@ def _trigger(
     late = max_late_ms if max_late_ms is not None else cron.jobs[job].options.max_late_ms
     by = controls.actor(by)
     return controls.trigger(cron.store, job, by=by, max_late_ms=late, wait_s=wait_s, as_json=as_json, emit=click.echo)
+
+
+@cli.command("reschedule", short_help="Override a job's schedule on every instance, or --reset it.")
+@_job
+@click.argument("expr", required=False)
+@click.option("--tz", metavar="TZ", help="The zone EXPR is read in (default: the job's own).")
+@click.option("--reset", is_flag=True, help="Go back to the schedule in the code.")
+@_by
+@_json("the stored record as a JSON object")
+@_command
+def _reschedule(job: str, expr: Optional[str], tz: Optional[str], reset: bool, by: Optional[str],
+                as_json: bool) -> None:  # fmt: skip
+    """Store EXPR (a cron string, or a plain number: seconds) as JOB's schedule on every instance, in
+    place of its code's; --reset goes back to the code's."""
+    cron = cron_of(current_app)
+    if (expr is None) == (not reset):
+        raise ConfigError("give EXPR (a cron string, or an interval in seconds) or --reset, not both or neither")
+    controls.check_registered(job, cron.jobs, "reschedule")
+    schedule = schedules.schedule_arg(expr) if expr is not None else None
+    _echo(schedules.reschedule_output(cron.store, job, controls.actor(by), schedule, tz, as_json))
+
+
+@cli.command("put", short_help="Store a whole job: a task, its schedule, kwargs and options.")
+@click.argument("name")
+@click.option("--task", required=True, metavar="TASK", help="The task that runs it (ext.task's name).")
+@click.option("--schedule", "expr", required=True, metavar="EXPR", help="A cron string, or seconds.")
+@click.option("--tz", metavar="TZ", help="The zone EXPR is read in (default: the app's tz).")
+@click.option("--kwargs", "kwargs_json", metavar="JSON", help="The handler's keyword arguments, a JSON object.")
+@click.option("--option", "option_items", multiple=True, metavar="NAME=VALUE", help="A job option (repeat it).")
+@_by
+@_json("the stored job as a JSON object")
+@_command
+def _put(name: str, task: str, expr: str, tz: Optional[str], kwargs_json: Optional[str],
+         option_items: Tuple[str, ...], by: Optional[str], as_json: bool) -> None:  # fmt: skip
+    """Create or replace the stored job NAME: every instance with TASK runs it on EXPR, with --kwargs."""
+    cron = cron_of(current_app)
+    kwargs, options = schedules.parse_kwargs(kwargs_json), schedules.parse_options(option_items)
+    if name in cron.jobs:
+        raise ConfigError(f"{name!r} is a job of the app, in code: use `flask leasecron reschedule`")
+    found = cron.tasks.get(task)
+    if found is not None:
+        check_kwargs(found, kwargs or {}, name)
+    _echo(schedules.put_output(cron.store, name, controls.actor(by), task=task, schedule=schedules.schedule_arg(expr),
+                               tz=tz, kwargs=kwargs, options=options, as_json=as_json,
+                               defaults=commands.app_defaults(cron)))  # fmt: skip
+
+
+@cli.command("delete", short_help="Delete a stored job on every instance.")
+@click.argument("name")
+@_by
+@_json("the store's record as a JSON object")
+@_command
+def _delete(name: str, by: Optional[str], as_json: bool) -> None:
+    """Delete the stored job NAME: no instance starts a new run of it; a run that is running goes on."""
+    _echo(schedules.delete_output(cron_of(current_app).store, name, controls.actor(by), as_json))
 
 
 @cli.command("check", short_help="Check the store: schema, clock, round trip.")
