@@ -128,13 +128,14 @@ def reschedule_output(
         was = before.tz or "the job's own"
         return _json_or(record, as_json, [
             f"Reset job {job!r} to its code's schedule (it was {before.schedule}, tz {was}); {_changed(record)}.",
-            "Every instance goes back to the code's schedule within its poll_ms.",
+            "Every instance goes back to the code's schedule within its poll_ms; from now on none starts a slot of"
+            " the override.",
         ])  # fmt: skip
     zone = record.tz or "the job's own (from the code)"
     return _json_or(record, as_json, [
         f"Rescheduled job {job!r}: {record.schedule}, tz {zone}; {_changed(record)}.",
-        "Every instance runs it on this schedule from its next poll (poll_ms); no slot of the schedule it replaced"
-        " starts from now on. `leasecron reschedule URL JOB --reset` goes back to the code's.",
+        "Every instance applies it within its poll_ms; from now on none starts a slot of the schedule it replaced."
+        " `leasecron reschedule URL JOB --reset` goes back to the code's.",
     ])  # fmt: skip
 
 
@@ -188,8 +189,8 @@ def put_output(
     return [
         f"{verb} job {name!r}: task {job.task}, kwargs {json.dumps(job.kwargs)}, schedule {job.schedule},"
         f" tz {zone}{extra}; {_changed(record)}.",
-        f"Every instance that registers task {task!r} (cron.task) runs it from its next poll; an instance without"
-        " it logs a WARNING once and leaves it to the others.",
+        f"Every instance that registers task {task!r} (cron.task) runs it within its poll_ms; one without the task"
+        " logs a WARNING once and leaves it to the others.",
     ]
 
 

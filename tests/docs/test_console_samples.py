@@ -122,12 +122,24 @@ def controls_story(tmp_path: Path) -> Iterator[Dict[str, str]]:
         cron.store.close()
 
 
+@contextmanager
+def schedules_story(tmp_path: Path) -> Iterator[Dict[str, str]]:
+    """docs/schedules.rst's reschedule, put, jobs, delete and reset: ``report`` (a job in code, no
+    instance started) ran last on web-1-4242; the store holds no schedule yet."""
+    url = f"sqlite:///{tmp_path / 'leasecron.db'}"
+    with open_store(url) as store:
+        _ended(store, _won(store, "report", store.now_ms() // FIVE_MIN * FIVE_MIN, "web-1-4242"))
+    yield {}
+
+
 #: (page, the first command of a session) -> the story its store must tell.
 STORIES: Dict[Tuple[str, str], Story] = {
     ("operating.rst", "leasecron runs redis://redis.internal:6379/0"): runs_story,
     ("operating.rst", "leasecron jobs --app tasks:cron"): jobs_story,
     ("usage.rst", 'leasecron pause sqlite:///leasecron.db report --note "vendor API down"'): controls_story,
-}
+    ("schedules.rst", 'leasecron reschedule sqlite:///leasecron.db report "*/10 * * * *" --tz Europe/Berlin'):
+        schedules_story,
+}  # fmt: skip
 
 
 #: Sessions another test holds: a server runs until it is stopped, so its start-up line is checked
