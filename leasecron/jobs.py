@@ -86,7 +86,8 @@ def effective_job(
     the schedule of an ``override`` if the store holds one; or a ``stored`` job made of its task
     (None when this instance lacks the task, or registered ``name`` in code: a stored job never
     takes a code job's name); or None. A record that cannot be made into a job here (its options
-    do not go with this instance's defaults) raises :class:`~leasecron.ConfigError`."""
+    do not go with this instance's defaults) raises :class:`~leasecron.ConfigError`. A code job
+    always carries the version of the name's record, so that its claims are not answered ``stale``."""
     if record is None or record.source == ScheduleSource.CODE:
         if code is None:
             return None
@@ -100,7 +101,9 @@ def effective_job(
         sched = job_schedule(name, spec, record.tz or code.options.tz)
         return dataclasses.replace(code, schedule=sched, version=record.version, source=record.source)
     task = tasks.get(record.task or "")
-    if code is not None or task is None:
+    if code is not None:  # a stored job never takes a code job's name: the code's job runs, fenced by the version
+        return dataclasses.replace(code, version=record.version, source=ScheduleSource.CODE)
+    if task is None:
         return None
     options = resolve_options(defaults, {**record.options, "tz": record.tz or defaults.get("tz", "UTC")}, name)
     func: Handler = functools.partial(task.func, **record.kwargs) if record.kwargs else task.func

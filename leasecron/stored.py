@@ -96,7 +96,7 @@ class StoredSchedule:
         """The stored job this record holds (``source`` must be ``stored``)."""
         if self.source != ScheduleSource.STORED or self.task is None or self.schedule is None:
             raise ValueError(f"{self.job!r} holds no stored job (its source is {self.source})")
-        return StoredJob(self.job, self.task, self.schedule, self.tz or "UTC", dict(self.kwargs), dict(self.options),
+        return StoredJob(self.job, self.task, self.schedule, self.tz, dict(self.kwargs), dict(self.options),
                          self.version, self.updated_by, self.updated_ms)  # fmt: skip
 
 
@@ -104,12 +104,13 @@ class StoredSchedule:
 class StoredJob:
     """A job stored as data (``cron.put_job``): ``name``, the ``task`` that runs it, its
     ``schedule`` (text, see :func:`schedule_spec`) and ``tz``, the handler's ``kwargs``, its job
-    ``options``, and the ``version``, ``updated_by`` and ``updated_ms`` of its last change."""
+    ``options``, and the ``version``, ``updated_by`` and ``updated_ms`` of its last change. ``tz``
+    None: the zone each instance has as its default (``LeaseCron(tz=...)``, UTC unless set)."""
 
     name: str
     task: str
     schedule: str
-    tz: str
+    tz: Optional[str]
     kwargs: Dict[str, Any]
     options: Dict[str, Any]
     version: int
@@ -217,7 +218,10 @@ def check_schedule_fields(
         raise ConfigError(f"{job!r}: schedule must be 1 to {MAX_SCHEDULE_CHARS} characters, not {shown(text)}")
     if tz is not None:
         check_text("tz", tz)
-    make_schedule(schedule_spec(text), tz or "UTC")  # ConfigError for a bad cron string or zone
+    try:
+        make_schedule(schedule_spec(text), tz or "UTC")
+    except ConfigError as exc:
+        raise ConfigError(f"{job!r}: schedule: {exc}") from None
     if task is None:
         if kwargs or options:
             raise ConfigError(f"{job!r}: kwargs and options belong to a stored job (give a task)")

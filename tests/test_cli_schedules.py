@@ -130,7 +130,7 @@ def test_redis_put_and_jobs(tmp_path: Path) -> None:
         assert put.returncode == 0, put.stderr
         job = json.loads(put.stdout)
         assert (job["name"], job["task"], job["schedule"], job["tz"], job["kwargs"], job["version"]) == (
-            "sync-7", "sync", "30", "UTC", {"account": 7}, 1)  # fmt: skip
+            "sync-7", "sync", "30", None, {"account": 7}, 1)  # fmt: skip
         [listed] = json.loads(cli("jobs", url, "--json").stdout)
         assert (listed["job"], listed["source"], listed["schedule"], listed["version"]) == (
             "sync-7", "stored", "every 30.0 s", 1)  # fmt: skip
@@ -235,7 +235,7 @@ def test_bad_input_exits_2_with_one_line_and_stores_nothing(
     store.set_schedule("stored", by="ops", schedule="60", task="t")
     put = ["put", url, "j", "--task", "t", "--schedule"]
     cases = {
-        ("reschedule", url, "j", "61 * * * *"): "'j': not a valid cron expression '61 * * * *'",
+        ("reschedule", url, "j", "61 * * * *"): "'j': schedule: not a valid cron expression '61 * * * *'",
         ("reschedule", url, "j", "0 3 * * *", "--tz", "Mars/Base"): "Mars/Base",
         ("reschedule", url, "j", "0"): "schedule interval must be a positive number of seconds",
         ("reschedule", url, "j"): "give EXPR (a cron string, or an interval in seconds) or --reset",
@@ -250,7 +250,7 @@ def test_bad_input_exits_2_with_one_line_and_stores_nothing(
         (*put, "60", "--option", "overlap=sometimes"): "overlap",
         (*put, "60", "--option", "lease_ms=1000", "--option", "heartbeat_ms=600"): "heartbeat_ms (600) must be under",
         (*put, "60", "--option", "tz=UTC"): "give tz as its own field",
-        (*put, "* * *"): "'j': not a valid cron expression",
+        (*put, "* * *"): "'j': schedule: not a valid cron expression",
         ("put", url, "overridden", "--task", "t", "--schedule", "60"): "'overridden' holds an override of a code job",
         ("delete", url, "nothing"): "the store holds no stored job 'nothing'",
         ("delete", url, "overridden"): "`leasecron reschedule URL JOB --reset` resets it",

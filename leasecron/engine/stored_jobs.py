@@ -103,10 +103,10 @@ class StoredJobs:
             except ConfigError as exc:
                 self._warn(record, f"its options do not go with this instance's: {exc}")
                 job = None
-            if job is None and record is not None and record.source == ScheduleSource.STORED:
+            if record is not None and record.source == ScheduleSource.STORED:
                 if name in self._code:
                     self._warn(record, "a job registered in code here has its name; the code's job runs here")
-                elif record.task not in self._tasks:
+                elif job is None and record.task not in self._tasks:
                     self._warn(record, f"this instance has no task {record.task!r} (cron.task)")
             before = self._built.get(name)
             if job is not None and before is not None and _same(before, job):

@@ -128,6 +128,7 @@ class Store(StoreReads):
             stored version: ``stale``; nothing is written. A manual claim is
             not fenced, and a claim of a slot that has a run is decided by
             rules 1-6 whatever its version (a run that started goes on).
+
         16. (After rule 23.) A ``schedule`` or ``catch-up`` claim of a paused
             job: ``paused``; nothing is written.
         17. A ``manual`` claim takes the place of rules 8-10: the job must

@@ -86,7 +86,7 @@ def test_flask_leasecron_reschedule_put_delete_and_jobs(tmp_path: Path) -> None:
     assert put.exit_code == 0, put.output
     job = json.loads(put.output)
     assert (job["task"], job["schedule"], job["tz"], job["kwargs"], job["options"]) == (
-        "greet", "0 9 * * *", "UTC", {"who": "ann"}, {"timeout_ms": 60000})  # fmt: skip
+        "greet", "0 9 * * *", None, {"who": "ann"}, {"timeout_ms": 60000})  # fmt: skip
 
     jobs = invoke("jobs")
     assert jobs.exit_code == 0, jobs.output
@@ -113,7 +113,7 @@ def test_flask_leasecron_reschedule_put_delete_and_jobs(tmp_path: Path) -> None:
 CASES: Dict[Tuple[str, ...], str] = {
     ("reschedule", "elsewhere", "60"): "job 'elsewhere' is not a job of the app (its jobs: 'report')",
     ("reschedule", "report"): "give EXPR (a cron string, or an interval in seconds) or --reset",
-    ("reschedule", "report", "61 * * * *"): "'report': not a valid cron expression",
+    ("reschedule", "report", "61 * * * *"): "'report': schedule: not a valid cron expression",
     ("put", "report", "--task", "greet", "--schedule", "60"): "'report' is a job of the app, in code",
     ("put", "g", "--task", "greet", "--schedule", "60", "--kwargs", '{"whom": 1}'): "kwargs do not fit task 'greet'",
     ("put", "g", "--task", "greet", "--schedule", "60", "--kwargs", '{"who": 1}', "--option", "heartbeat_ms=300"):

@@ -184,3 +184,24 @@ def test_an_instance_without_the_task_warns_once_and_runs_nothing(
     lines = [r.getMessage() for r in caplog.records if "skipping stored job 'only-a'" in r.getMessage()]
     assert len(lines) == 1 and "runner 'b'" in lines[0] and "no task 'send'" in lines[0], lines
     assert _scheduled(b, "only-a") is None and MARGIN > 0
+
+
+def test_a_stored_job_under_a_code_jobs_name_leaves_the_code_job_running(
+    make_cron: MakeCron, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored job put (at store level) under the name of a's code job: a warns once and goes on
+    running its code job, whose claims carry the record's version (never answered stale)."""
+    ran = Ran()
+    a = make_cron("a", catch_up_ms=0, poll_ms=POLL)
+    a.add_job(ran.add, 1, name="tick")
+    a.task("send")(ran.add)
+    events = Recorder(a)
+    with caplog.at_level(logging.WARNING, logger="leasecron"):
+        a.start()
+        a.store.set_schedule("tick", by="ops", schedule=3600, task="send")
+        wait_for(lambda: _scheduled(a, "tick").version == 1, 2)
+        count = len(ran.of("tick"))
+        wait_for(lambda: len(ran.of("tick")) >= count + 2, 5, message="the code job's next slots")
+    assert events.of("skip") == []
+    lines = [r.getMessage() for r in caplog.records if "skipping stored job 'tick'" in r.getMessage()]
+    assert len(lines) == 1 and "the code's job runs here" in lines[0], lines
