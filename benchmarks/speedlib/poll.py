@@ -102,14 +102,14 @@ class CountingStore(DelegatingStore):
         super().__init__(inner)
         self._lock = threading.Lock()
         self._counts: Dict[str, int] = collections.Counter()
-        #: When each ``pending_requests`` call began (``time.monotonic()``): the polls.
+        #: When each ``poll`` call began (``time.monotonic()``): the polls (requests and schedule changes).
         self.polled_at: List[float] = []
 
     def add(self, name: str) -> None:
         """Count one call of ``name``."""
         with self._lock:
             self._counts[name] += 1
-            if name == "_pending_requests":
+            if name == "_poll":
                 self.polled_at.append(time.monotonic())
 
     def counts(self) -> Dict[str, int]:
@@ -131,8 +131,9 @@ def _counted(name: str) -> Callable[..., Any]:
 
 
 #: The store operations :class:`CountingStore` counts: every one a store implements (the contract's
-#: abstract methods: ``now_ms`` and the protected ones the public methods call), but ``close``.
-COUNTED = sorted(name for name in Store.__abstractmethods__ if name != "close")
+#: abstract methods: ``now_ms`` and the protected ones the public methods call), but ``close``, and
+#: ``_poll``, which an instance calls once per ``poll_ms`` (a backend answers it in one round trip).
+COUNTED = sorted({name for name in Store.__abstractmethods__ if name != "close"} | {"_poll"})
 for _name in COUNTED:
     setattr(CountingStore, _name, _counted(_name))
 
@@ -264,15 +265,15 @@ def watch(config: Config, args: argparse.Namespace, schedules: Schedules) -> Non
     try:
         wait_for(lambda: counting.counts().get("_unfinished", 0) >= config.jobs, 900, f"the boot of {config.jobs}")
         boot_s = time.perf_counter() - began
-        polled = counting.counts().get("_pending_requests", 0)
-        wait_for(lambda: counting.counts().get("_pending_requests", 0) >= polled + 2, 60, "two polls after the boot")
+        polled = counting.counts().get("_poll", 0)
+        wait_for(lambda: counting.counts().get("_poll", 0) >= polled + 2, 60, "two polls after the boot")
         counts0, wire0, t0 = counting.counts(), config.wire.total(), time.monotonic()
         time.sleep(args.poll_seconds)  # the window: whatever the instance does meanwhile is counted
         counts1, wire1, t1 = counting.counts(), config.wire.total(), time.monotonic()
     finally:
         cron.stop()
     calls = {name: counts1.get(name, 0) - counts0.get(name, 0) for name in counts1}
-    polls = calls.get("_pending_requests", 0)
+    polls = calls.get("_poll", 0)
     polled = [t for t in list(counting.polled_at) if t0 <= t <= t1]
     config.window = {
         "boot_s": boot_s,
@@ -280,7 +281,7 @@ def watch(config: Config, args: argparse.Namespace, schedules: Schedules) -> Non
         "period_ms": 1000 * (polled[-1] - polled[0]) / (len(polled) - 1) if len(polled) > 1 else None,
         "calls_per_poll": sum(calls.values()) / polls if polls else None,
         "wire_per_poll": None if wire0 is None or wire1 is None or not polls else (wire1 - wire0) / polls,
-        "others": {name.lstrip("_"): n for name, n in sorted(calls.items()) if n and name != "_pending_requests"},
+        "others": {name.lstrip("_"): n for name, n in sorted(calls.items()) if n and name != "_poll"},
     }
 
 
@@ -380,7 +381,8 @@ def print_figures(configs: List[Config], args: argparse.Namespace, kind: str, se
         others = ", ".join(f"{name} {n}" for name, n in w["others"].items()) or "none"
         line = f"{config.jobs:>7,} {w['boot_s']:7.2f} {w['polls']:>6} {cells[0]:>9} {cells[1]:>10} {cells[2]:>15}"
         print(f"{line}  {others}")
-    print("polls: pending_requests calls in the window; period: the mean time from one to the next; calls/poll:")
+    print("polls: poll() calls (requests and schedule changes) in the window; period: the mean time from one to the")
+    print("next; calls/poll:")
     print(f"every store call of the window per poll; {unit or 'client'}/poll: what it sent (at the client) per poll")
     print()
     met = all(

@@ -47,10 +47,10 @@ KINDS = ["valkey"] + (["redis"] if servers.server_binary("redis") else [])
 
 
 def run_errors(seen: Any) -> List[Any]:
-    """The ``error`` events but the instance's failed polls for manual runs, which a server that is
-    down causes too: at most one per outage, without a job (checked here)."""
+    """The ``error`` events but the instance's failed polls (for requests of manual runs and schedule
+    changes), which a server that is down causes too: at most one per outage, without a job (checked here)."""
     errors = seen.of("error")
-    polls = [e for e in errors if e.job is None and "pending requests" in (e.error or "")]
+    polls = [e for e in errors if e.job is None and "schedule changes" in (e.error or "")]
     assert len(polls) <= 1, polls
     return [e for e in errors if e not in polls]
 
