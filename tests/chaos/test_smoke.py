@@ -38,7 +38,7 @@ from tests.servers import server_binary  # noqa: E402
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
 #: The seed of each backend's run (fixed, so a failure can be replayed with benchmarks/chaos.py --seed).
-SEEDS = {"sqlite": 101, "redis": 202, "valkey": 303, "postgresql": 404, "redis-sentinel": 505,
+SEEDS = {"sqlite": 101, "redis": 202, "valkey": 303, "postgresql": 404, "redis-sentinel": 525,
          "postgresql-standby": 606}  # fmt: skip
 #: The replicated kinds: each run must see a failover.
 REPLICATED = ("redis-sentinel", "postgresql-standby")
