@@ -89,12 +89,6 @@ class StoredJobs:
         with self._lock:
             return [job for _, job in sorted(self._built.items()) if job is not None]
 
-    def version(self, name: str) -> int:
-        """The version of the newest record seen for ``name`` (0: none)."""
-        with self._lock:
-            record = self._records.get(name)
-            return 0 if record is None else record.version
-
     def _rebuild(self, names: Iterable[str]) -> None:
         for name in names:
             record = self._records.get(name)
