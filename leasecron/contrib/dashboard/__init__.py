@@ -1,4 +1,4 @@
-"""The dashboard: every job and run of a store in a browser, and pause, resume, trigger.
+"""The dashboard: every job and run of a store in a browser; pause, resume, trigger; schedules as data.
 
 :func:`blueprint` mounts its pages and JSON API in a Flask app of your own (behind the app's own
 login, say): ``app.register_blueprint(blueprint(store, cron=cron), url_prefix="/cron")``;
@@ -27,6 +27,7 @@ from ...errors import ConfigError, StoreError
 from ...stores import Store
 from .api import add_api, error_json, is_api
 from .links import CONVERTER, JobConverter
+from .schedule_routes import add_schedule_api, add_schedule_forms
 from .security import SECURITY_HEADERS, challenge, password_ok
 from .settings import DEFAULT_NAME, DashboardError, Settings
 from .views import add_pages, error_page
@@ -46,8 +47,9 @@ def blueprint(
     """The dashboard of ``store`` as a Flask blueprint: ``app.register_blueprint(bp, url_prefix="/cron")``.
 
     ``cron`` (your :class:`~leasecron.LeaseCron`) adds schedules, next slots
-    and its registered jobs; ``read_only`` hides every action and refuses
-    every POST (403); ``password`` requires HTTP basic authentication (any
+    and its registered jobs (the store's own schedules, overrides and stored
+    jobs, are shown without it); ``read_only`` hides every action and refuses
+    every write (403); ``password`` requires HTTP basic authentication (any
     user name) on every page and endpoint; ``refresh_ms`` is how often the
     pages refresh in the browser (0: never); ``name`` the blueprint's name
     (two dashboards on one app need two). A bad argument is a
@@ -87,7 +89,9 @@ def blueprint(
         return refuse(503, f"the store failed: {type(exc).__name__}: {exc}")
 
     add_pages(bp, settings)
+    add_schedule_forms(bp, settings)
     add_api(bp, settings)
+    add_schedule_api(bp, settings)
     return bp
 
 

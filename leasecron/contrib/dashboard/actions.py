@@ -26,9 +26,11 @@ ACTIONS = ("pause", "resume", "trigger")
 
 
 def check_writable(settings: Settings) -> None:
-    """Refuse (:class:`DashboardError`, 403) on a read-only dashboard: every action, form or API."""
+    """Refuse (:class:`DashboardError`, 403) on a read-only dashboard: every action and schedule
+    change, form or API."""
     if settings.read_only:
-        raise DashboardError(403, "this dashboard is read-only: pause, resume and trigger are turned off")
+        raise DashboardError(403, "this dashboard is read-only: pause, resume, trigger and changes of schedules are"
+                                  " turned off")
 
 
 def act(

@@ -1,16 +1,17 @@
 """The JSON API: the pages' data and actions for scripts.
 
 ``GET /api/jobs`` and ``GET /api/jobs/<job>/runs`` serve the data of the jobs page and of a
-job's page; ``POST /api/jobs/<job>/pause``, ``.../resume`` and ``.../trigger`` act. A POST takes
-only a ``Content-Type: application/json`` body (else 415): a cross-site HTML form cannot send
-one, so the API needs no CSRF token. A refusal is ``{"error": message}`` with its status.
+job's page; ``POST /api/jobs/<job>/pause``, ``.../resume`` and ``.../trigger`` act; the routes
+of stored schedules are in :mod:`.schedule_routes`. A write takes only a ``Content-Type:
+application/json`` body (else 415, :func:`json_body`): a cross-site HTML form cannot send one,
+so the API needs no CSRF token. A refusal is ``{"error": message}`` with its status.
 ``docs/dashboard.rst`` (The JSON API) gives each route's parameters and answer.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -20,7 +21,7 @@ from .rows import DEFAULT_RUNS, MAX_RUNS, job_dict, number_arg, paging, read_job
 from .security import actor
 from .settings import DashboardError, Settings
 
-__all__ = ["add_api", "error_json", "is_api"]
+__all__ = ["add_api", "error_json", "is_api", "json_body"]
 
 #: The endpoints of the API start with this (``leasecron_dashboard.api_jobs``).
 API_PREFIX = "api_"
@@ -36,6 +37,22 @@ def error_json(status: int, message: str) -> Response:
     response = jsonify({"error": message})
     response.status_code = status
     return response
+
+
+def json_body(example: str) -> Dict[str, Any]:
+    """The request's JSON object (``{}`` for an empty body); 415 unless its type is
+    ``application/json``, 400 naming the fault for anything but a JSON object (``example`` shows
+    one)."""
+    if request.mimetype != "application/json":
+        raise DashboardError(415, f"the API takes Content-Type: application/json, not {request.mimetype!r}")
+    raw = request.get_data()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        raise DashboardError(400, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise DashboardError(400, f"the body must be a JSON object, such as {example}")
+    return body
 
 
 def add_api(bp: Blueprint, settings: Settings) -> None:
@@ -73,15 +90,7 @@ def add_api(bp: Blueprint, settings: Settings) -> None:
 def _action_view(settings: Settings, action: str) -> Any:
     def view(job: Optional[str] = None) -> Response:
         check_writable(settings)
-        if request.mimetype != "application/json":
-            raise DashboardError(415, f"the API takes Content-Type: application/json, not {request.mimetype!r}")
-        raw = request.get_data()
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise DashboardError(400, f"the body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise DashboardError(400, "the body must be a JSON object, such as {\"note\": \"...\"}")
+        body = json_body('{"note": "..."}')
         note = body.get("note")
         if action == "pause" and note is not None and not isinstance(note, str):
             raise DashboardError(400, "\"note\" must be a string or null")

@@ -1,12 +1,15 @@
 """What the dashboard shows, read from the store in a fixed number of calls per page.
 
 The jobs page must stay fast with 10,000 jobs of 100 runs each, so it never asks the store once
-per job: a page of jobs is four calls (``now_ms``, ``jobs``, ``job_states``, and ``recent_runs``
-for the jobs *on the page*, filtered and cut into pages first), a job's page three (``now_ms``,
-``job_state``, ``runs``), a run's two (``now_ms``, ``get_run``). The names are the union that
-``leasecron jobs`` shows, with the jobs of the application's :class:`~leasecron.LeaseCron` when
-one is given. Everything here is plain data: :mod:`.views` renders it as HTML, :mod:`.api` as
-JSON.
+per job: a page of jobs is five calls (``now_ms``, ``jobs``, ``job_states``,
+``schedule_changes(0)`` for every stored schedule, and ``recent_runs`` for the jobs *on the
+page*, filtered and cut into pages first), a job's page four (``now_ms``, ``job_state``,
+``stored_schedule``, ``runs``), a run's two (``now_ms``, ``get_run``). The names are the union
+that ``leasecron jobs`` shows: jobs with runs, paused or with requests, with a stored schedule,
+and the jobs of the application's :class:`~leasecron.LeaseCron` when one is given. A job's
+schedule is the one its instances run (:func:`effective_schedule`): a stored override or stored
+job, else the code's (known with the app only). Everything here is plain data: :mod:`.views`
+renders it as HTML, :mod:`.api` as JSON.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...controls import JobState
 from ...cron import LeaseCron
+from ...errors import ConfigError
 from ...formatting import format_schedule
 from ...runs import Attempt, Run
-from ...states import AttemptOutcome, Status
+from ...schedules import Schedule, make_schedule
+from ...states import AttemptOutcome, ScheduleSource, Status
+from ...stored import StoredSchedule, schedule_spec
 from ...stores import Store
 from .settings import DashboardError
 
@@ -34,6 +40,7 @@ __all__ = [
     "JobView",
     "JobsPage",
     "bars",
+    "effective_schedule",
     "job_dict",
     "live_dict",
     "live_runs",
@@ -114,8 +121,9 @@ def live_dict(run: Run, now_ms: int) -> Dict[str, object]:
 @dataclasses.dataclass(frozen=True)
 class JobView:
     """One job as the dashboard shows it: its state in the store (a plain unpaused state when the
-    store keeps none), its newest runs (newest first), and from the application's cron, when
-    given and the job is registered there, its schedule (as text) and next slot."""
+    store keeps none), its newest runs (newest first), its schedule (as text) and next slot when
+    they are known (:func:`effective_schedule`), whether the application's cron registers it, and
+    what the store holds of its schedule (``record``, None when nothing was ever stored)."""
 
     name: str
     state: JobState
@@ -123,33 +131,100 @@ class JobView:
     registered: bool = False
     schedule: Optional[str] = None
     next_ms: Optional[int] = None
+    record: Optional[StoredSchedule] = None
+    code_tz: Optional[str] = None
 
     def live(self, now_ms: int) -> List[Run]:
         """Its runs with a live lease."""
         return live_runs(self.runs, now_ms)
 
+    @property
+    def stored(self) -> Optional[StoredSchedule]:
+        """The record when the job's schedule comes from the store: an override, or a stored job
+        whose name the app does not register in code (a stored job never takes a code job's name)."""
+        record = self.record
+        if record is None or not record.active or (record.source == ScheduleSource.STORED and self.registered):
+            return None
+        return record
+
+    @property
+    def source(self) -> Optional[str]:
+        """Where its schedule comes from: ``override`` or ``stored`` (the store), ``code`` (a job of
+        the app), or None (nothing stored, and no app that registers it: unknown here)."""
+        stored = self.stored
+        if stored is not None:
+            return stored.source
+        return str(ScheduleSource.CODE) if self.registered else None
+
+    @property
+    def tz(self) -> Optional[str]:
+        """The stored zone of an override or stored job (None: the job's or the instances' own), or
+        the code job's zone."""
+        stored = self.stored
+        return stored.tz if stored is not None else self.code_tz
+
+    @property
+    def version(self) -> int:
+        """The version its claims carry: the record's, 0 when nothing was ever stored."""
+        return self.record.version if self.record is not None else 0
+
+
+def effective_schedule(name: str, record: Optional[StoredSchedule], cron: Optional[LeaseCron]) -> Optional[Schedule]:
+    """The schedule the instances run under ``name``, as far as the dashboard can tell: a stored
+    override or stored job in its stored zone, else in the code job's zone (an override) or the
+    app's default zone (a stored job); else the app's code job. None when unknown: no app, and a
+    cron string stored without a zone (an interval needs none)."""
+    code = cron.jobs.get(name) if cron is not None else None
+    if record is None or not record.active or (code is not None and record.source == ScheduleSource.STORED):
+        return code.schedule if code is not None else None
+    assert record.schedule is not None
+    spec = schedule_spec(record.schedule)
+    zone = record.tz
+    if zone is None and record.source == ScheduleSource.OVERRIDE and code is not None:
+        zone = code.options.tz
+    elif zone is None and record.source == ScheduleSource.STORED and cron is not None:
+        zone = cron._defaults.get("tz", "UTC")
+    if zone is None and isinstance(spec, str):
+        return None
+    try:
+        return make_schedule(spec, zone or "UTC")
+    except ConfigError:  # a zone this host does not know: the instances may
+        return None
+
 
 def _view(name: str, state: Optional[JobState], runs: Sequence[Run], cron: Optional[LeaseCron],
-          now_ms: int) -> JobView:
+          now_ms: int, record: Optional[StoredSchedule]) -> JobView:
     job = cron.jobs.get(name) if cron is not None else None
+    schedule = effective_schedule(name, record, cron)
+    shown = format_schedule(schedule) if schedule is not None else None
+    if shown is None and record is not None and record.active and record.schedule is not None:
+        shown = record.schedule  # its text: the zone it runs in is each instance's
     return JobView(
         name=name,
         state=state if state is not None else JobState(name),
         runs=tuple(runs),
         registered=job is not None,
-        schedule=format_schedule(job.schedule) if job is not None else None,
-        next_ms=job.schedule.next_after(now_ms) if job is not None else None,
+        schedule=shown,
+        next_ms=schedule.next_after(now_ms) if schedule is not None else None,
+        record=record,
+        code_tz=job.options.tz if job is not None else None,
     )
 
 
 def job_dict(view: JobView, now_ms: int) -> Dict[str, object]:
     """A job for the API: its state (``job``, ``paused``, ``paused_by``, ``paused_ms``, ``note``,
-    ``requests``), ``registered``, ``schedule``, ``next_slot_ms``, ``runs`` (newest first, as
-    :meth:`~leasecron.Run.to_dict`) and ``live`` (:func:`live_dict`)."""
+    ``requests``), ``registered``, ``schedule``, ``tz``, ``source`` (``code``, ``override``,
+    ``stored``; None when unknown), ``version``, ``stored_schedule`` (the store's record, as
+    :meth:`~leasecron.StoredSchedule.to_dict`, or None), ``next_slot_ms``, ``runs`` (newest first,
+    as :meth:`~leasecron.Run.to_dict`) and ``live`` (:func:`live_dict`)."""
     return {
         **view.state.to_dict(),
         "registered": view.registered,
         "schedule": view.schedule,
+        "tz": view.tz,
+        "source": view.source,
+        "version": view.version,
+        "stored_schedule": view.record.to_dict() if view.record is not None else None,
         "next_slot_ms": view.next_ms,
         "runs": [run.to_dict() for run in view.runs],
         "live": [live_dict(run, now_ms) for run in view.live(now_ms)],
@@ -176,29 +251,33 @@ class JobsPage:
 
 def read_jobs_page(store: Store, cron: Optional[LeaseCron], page: int, per_page: int, q: str) -> JobsPage:
     """Page ``page`` of the jobs whose name contains ``q`` (ignoring case), sorted by name, with
-    their newest :data:`MARKS` runs: four store calls, whatever the number of jobs."""
+    their newest :data:`MARKS` runs and stored schedules: five store calls, whatever the number
+    of jobs."""
     now_ms = store.now_ms()
     states = {state.job: state for state in store.job_states()}
-    names = set(store.jobs()) | set(states) | (set(cron.jobs) if cron is not None else set())
+    records = {record.job: record for record in store.schedule_changes(0).changes}
+    stored = {name for name, record in records.items() if record.active}
+    names = set(store.jobs()) | set(states) | stored | (set(cron.jobs) if cron is not None else set())
     needle = q.casefold()
     chosen = sorted(name for name in names if needle in name.casefold())
     on_page = chosen[(page - 1) * per_page : page * per_page]
     runs: Dict[str, List[Run]] = store.recent_runs(on_page, MARKS) if on_page else {}
-    jobs = [_view(name, states.get(name), runs.get(name, []), cron, now_ms) for name in on_page]
+    jobs = [_view(name, states.get(name), runs.get(name, []), cron, now_ms, records.get(name)) for name in on_page]
     return JobsPage(now_ms, jobs, page, per_page, len(chosen), q)
 
 
 def read_job(store: Store, cron: Optional[LeaseCron], job: str, status: Optional[str],
              limit: int) -> Tuple[int, JobView]:
-    """The store's clock and ``job`` with its newest ``limit`` runs (of ``status`` only, when
-    given: those among the newest :data:`MAX_RUNS`)."""
+    """The store's clock and ``job`` with its stored schedule and its newest ``limit`` runs (of
+    ``status`` only, when given: those among the newest :data:`MAX_RUNS`)."""
     now_ms = store.now_ms()
     state = store.job_state(job)
+    record = store.stored_schedule(job)
     if status is None:
         runs = store.runs(job, limit=limit)
     else:
         runs = [run for run in store.runs(job, limit=MAX_RUNS) if run.status == status][:limit]
-    return now_ms, _view(job, state, runs, cron, now_ms)
+    return now_ms, _view(job, state, runs, cron, now_ms, record)
 
 
 @dataclasses.dataclass(frozen=True)

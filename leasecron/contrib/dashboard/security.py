@@ -129,16 +129,21 @@ def actor(request: Request) -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def flash_value(message: str) -> str:
-    """A flash message as a cookie value: percent-encoded, cut to fit a cookie (3,000 bytes)."""
+def flash_value(message: str, error: bool = False) -> str:
+    """A flash message as a cookie value: percent-encoded, cut to fit a cookie (3,000 bytes); an
+    ``error`` (a change refused: nothing was stored) starts with ``!``, which percent-encoding
+    never leaves in a message."""
     value = quote(message, safe="")
     while len(value) > 3000:
         message = message[: len(message) * 3 // 4] + "…"
         value = quote(message, safe="")
-    return value
+    return f"!{value}" if error else value
 
 
-def read_flash(request: Request) -> Optional[str]:
-    """The flash message the last action left for this page, if any."""
+def read_flash(request: Request) -> Tuple[Optional[str], bool]:
+    """The flash message the last action left for this page, if any, and whether it is an error."""
     value = request.cookies.get(FLASH_COOKIE)
-    return unquote(value) if value else None
+    if not value:
+        return None, False
+    error = value.startswith("!")
+    return unquote(value[1:] if error else value), error

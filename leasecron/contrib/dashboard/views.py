@@ -8,12 +8,15 @@ in the path (``/jobs/<job>``) and in the query (``/job?job=``).
 
 A form's POST (CSRF-checked, :mod:`.security`) acts through :mod:`.actions`
 and answers 303 to the page it came from (its ``next`` field, a path of
-this dashboard only), where a flash message says what was done.
+this dashboard only), where a flash message says what was done
+(:func:`form_done`). The forms that change schedules are in
+:mod:`.schedule_routes`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from flask import Blueprint, Response, redirect, render_template, request, url_for
@@ -49,7 +52,7 @@ from .security import (
 )
 from .settings import DashboardError, Settings
 
-__all__ = ["add_pages", "error_page", "root"]
+__all__ = ["add_pages", "check_form", "error_page", "form_done", "root"]
 
 #: The templates' folder inside the blueprint's ``templates`` (so an app's own templates never clash).
 TEMPLATES = "leasecron_dashboard"
@@ -83,6 +86,11 @@ def run_fields(run: Run) -> List[Tuple[str, Any]]:
     return [(f.name, getattr(run, f.name)) for f in dataclasses.fields(run) if f.name != "attempts"]
 
 
+def as_json(value: object) -> str:
+    """A stored job's kwargs or options as JSON text (the template escapes it)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 #: What every template may call: ``iso`` a time as ``2026-12-02T10:00:00Z`` (for ``<time>``),
 #: ``utc`` as ``2026-12-02 10:00:00`` (each with ``.123`` when it has milliseconds).
 HELPERS: Dict[str, Any] = {
@@ -96,13 +104,14 @@ HELPERS: Dict[str, Any] = {
     "mark_status": mark_status,
     "bars": bars,
     "run_fields": run_fields,
+    "as_json": as_json,
 }
 
 
 def page(settings: Settings, template: str, status: int = 200, **context: Any) -> Response:
     """Render a page with the context every page has; set a new CSRF cookie, clear a shown flash."""
     token, new = csrf_token(request)
-    flash = read_flash(request)
+    flash, flash_error = read_flash(request)
     html = render_template(
         f"{TEMPLATES}/{template}",
         settings=settings,
@@ -110,10 +119,12 @@ def page(settings: Settings, template: str, status: int = 200, **context: Any) -
         refresh_ms=settings.refresh_ms,
         store_label=repr(settings.store),
         has_cron=settings.cron is not None,
+        tasks=sorted(settings.cron.tasks) if settings.cron is not None else [],
         csrf=token,
         here=here(),
         q=request.args.get("q", ""),
         flash=flash,
+        flash_error=flash_error,
         **HELPERS,
         **context,
     )
@@ -167,16 +178,28 @@ def add_pages(bp: Blueprint, settings: Settings) -> None:
         bp.add_url_rule(f"/job/{action}", action, view, methods=["POST"])
 
 
+def check_form(settings: Settings) -> None:
+    """Refuse a form's POST on a read-only dashboard (403, before the token: a read-only dashboard
+    refuses every POST alike), or without the right CSRF token (400)."""
+    check_writable(settings)
+    if not csrf_ok(request):
+        raise DashboardError(400, "bad or missing CSRF token: reload the page and try again")
+
+
+def form_done(message: str, error: bool = False) -> BaseResponse:
+    """The answer to a form: 303 to the page it came from (its ``next`` field, within the
+    dashboard), which flashes ``message`` (as an ``error``: nothing was done)."""
+    response = redirect(safe_next(request.form.get("next"), root()), code=303)
+    set_cookie(response, request, FLASH_COOKIE, flash_value(message, error), root())
+    return response
+
+
 def _action_view(settings: Settings, action: str) -> Any:
     def view(job: Optional[str] = None) -> BaseResponse:
-        check_writable(settings)  # before the token: a read-only dashboard refuses every POST alike
-        if not csrf_ok(request):
-            raise DashboardError(400, "bad or missing CSRF token: reload the page and try again")
+        check_form(settings)
         name = job_of(job)
         message, _ = act(settings, action, name, actor(request), request.form.get("note"))
-        response = redirect(safe_next(request.form.get("next"), root()), code=303)
-        set_cookie(response, request, FLASH_COOKIE, flash_value(message), root())
-        return response
+        return form_done(message)
 
     view.__name__ = f"{action}_form"
     return view

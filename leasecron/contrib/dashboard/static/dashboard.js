@@ -3,7 +3,8 @@
  * The pages are complete without this script. With it:
  * - every <body data-refresh-ms> milliseconds (0: never) the page fetches its own URL, parses
  *   the answer with DOMParser and replaces <main id="content"> with the new one; not while the
- *   tab is hidden, and not while a field inside main has focus or holds text (a note being typed);
+ *   tab is hidden, and not while a field inside main has focus or holds text other than its own
+ *   (a note being typed, a schedule being changed), or a form's <details> is open;
  * - each <time data-ms> shows the time in the viewer's zone (its title keeps UTC);
  * - each .live-run[data-lease-left-ms] counts its lease down.
  */
@@ -75,9 +76,10 @@
     if (active && active !== body && main.contains(active) && /^(INPUT|TEXTAREA|SELECT|BUTTON)$/.test(active.tagName)) {
       return true;
     }
+    if (main.querySelector("details[open]")) { return true; }
     var fields = main.querySelectorAll("input:not([type=hidden]):not([type=submit]), textarea");
     for (var i = 0; i < fields.length; i++) {
-      if (fields[i].value !== "") { return true; }
+      if (fields[i].value !== fields[i].defaultValue) { return true; }
     }
     return false;
   }
