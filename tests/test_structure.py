@@ -30,7 +30,7 @@ MAX_LINES = 420
 #: store can keep) and the old names of earlier versions. Everything else is in a subpackage.
 FACE = {"leasecron", "leasecron.__main__", "leasecron.cron", "leasecron.jobs", "leasecron.options",
         "leasecron.schedules", "leasecron.context", "leasecron.events", "leasecron.formatting",
-        "leasecron.stored", "leasecron.schedule_data"}  # fmt: skip
+        "leasecron.stored", "leasecron.schedule_data", "leasecron.announcements"}  # fmt: skip
 MODEL = {"leasecron.runs", "leasecron.states", "leasecron.errors", "leasecron.controls", "leasecron.limits"}
 OLD_NAMES = {"leasecron.compat"}
 #: What makes a started instance work.

@@ -76,7 +76,7 @@ def postgres_bench_store(
         try:
             if owned:
                 drop_schema(store)
-            elif jobs and store._schema_ready:
+            elif jobs and store._schema.ready:
                 delete_jobs(store, list(jobs))
         finally:
             store.close()

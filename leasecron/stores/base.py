@@ -14,15 +14,16 @@ from __future__ import annotations
 import abc
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..announcements import Announcement, check_announcement
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, shown
 from ..compat import old_names_of
 from ..runs import Claim
 from ..schedules import ScheduleSpec
 from ..states import ScheduleSource
-from ..stored import StoredSchedule, check_schedule_fields
+from ..stored import Poll, StoredSchedule, check_schedule_fields
 from .claim_request import ClaimRequest
-from ..limits import check_int, check_job_name
+from ..limits import check_int, check_job_name, check_text
 from .checks import check_actor, check_claim, check_finish, check_heartbeat, check_note, check_token
 from .reads import StoreReads
 
@@ -305,6 +306,25 @@ class Store(StoreReads):
         source = ScheduleSource.OVERRIDE if task is None else ScheduleSource.STORED
         return self._set_schedule(job, by, source, text, zone, task, stored_kwargs, stored_options)
 
+    # -- instances in the store (no rule reads them) ---------------------------------------
+
+    def announce(self, announcement: Announcement) -> None:
+        """Keep ``announcement`` as its runner's, stamped ``seen_ms`` = now (``started_ms`` = now
+        too if the runner has none kept), in one atomic step; announcements not refreshed within
+        :data:`~leasecron.announcements.INSTANCE_TTL_MS` are dropped. Read them with :meth:`instances`."""
+        self._announce(check_announcement(announcement))
+
+    def withdraw(self, runner: str) -> None:
+        """Forget the announcement of ``runner``, if any (a stopping instance)."""
+        check_text("runner", runner)
+        self._withdraw(runner)
+
+    def poll(self, since: int, announce: Optional[Announcement] = None) -> Poll:
+        """:meth:`StoreReads.poll <leasecron.stores.reads.StoreReads.poll>`; with ``announce``, the
+        same round trip also refreshes that announcement (:meth:`announce`) where the store can."""
+        check_int("since", since, 0)
+        return self._poll(since) if announce is None else self._poll_announcing(since, check_announcement(announce))
+
     # -- what a backend implements -------------------------------------------------------
     #
     # The arguments are those of the public method, checked: a backend trusts them. A wrapper
@@ -315,6 +335,19 @@ class Store(StoreReads):
         """:meth:`claim_many` with checked arguments (at least one request): one
         :meth:`_claim` after the other unless the backend does better."""
         return [self._claim(request) for request in requests]
+
+    def _poll_announcing(self, since: int, announce: Announcement) -> Poll:
+        """:meth:`poll` with an announcement: :meth:`_announce`, then :meth:`_poll`, unless the backend does better."""
+        self._announce(announce)
+        return self._poll(since)
+
+    @abc.abstractmethod
+    def _announce(self, announcement: Announcement) -> None:
+        """:meth:`announce`."""
+
+    @abc.abstractmethod
+    def _withdraw(self, runner: str) -> None:
+        """:meth:`withdraw`."""
 
     @abc.abstractmethod
     def _claim(self, request: ClaimRequest) -> Claim:

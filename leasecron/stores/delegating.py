@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from ..announcements import Announcement, LiveInstance
 from ..errors import ConfigError
 from ..controls import JobState, ManualRequest
 from ..runs import Claim, Run
@@ -111,6 +112,30 @@ class DelegatingStore(Store):
     def _poll(self, since: int) -> Poll:
         """The inner store's poll."""
         return self.inner._poll(since)
+
+    def _poll_announcing(self, since: int, announce: Announcement) -> Poll:
+        """The inner store's poll with an announcement."""
+        return self.inner._poll_announcing(since, announce)
+
+    @property
+    def instance_ttl_ms(self) -> int:  # noqa: D102 - the inner store's, which keeps the announcements
+        return self.inner.instance_ttl_ms
+
+    @instance_ttl_ms.setter
+    def instance_ttl_ms(self, ttl_ms: int) -> None:
+        self.inner.instance_ttl_ms = ttl_ms
+
+    def _announce(self, announcement: Announcement) -> None:
+        """The inner store's announce."""
+        self.inner._announce(announcement)
+
+    def _withdraw(self, runner: str) -> None:
+        """The inner store's withdraw."""
+        self.inner._withdraw(runner)
+
+    def _instances(self) -> List[LiveInstance]:
+        """The inner store's live instances."""
+        return self.inner._instances()
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         """The inner store's run of ``job`` at ``slot_ms``."""

@@ -39,6 +39,8 @@ class _MemoryTable(Table):
         #: Each job's stored schedule with the cursor it was saved at, the newest change last.
         self._schedules: "OrderedDict[str, Tuple[int, StoredSchedule]]" = OrderedDict()
         self._cursor = 0
+        #: Each runner's announcement: its body, started_ms and seen_ms.
+        self._instances: Dict[str, Tuple[str, int, int]] = {}
 
     def get(self, job: str, slot_ms: int) -> Optional[Record]:
         record = self._runs.get(job, {}).get(slot_ms)
@@ -147,6 +149,21 @@ class _MemoryTable(Table):
                 break
             newest_first.append(record)
         return ScheduleChanges(max(since, self._cursor), tuple(reversed(newest_first)))
+
+    def instances(self, since_ms: int) -> List[Tuple[str, str, int, int]]:
+        rows = [(runner, *kept) for runner, kept in self._instances.items() if kept[2] >= since_ms]
+        return sorted(rows, key=lambda row: (row[2], row[0]))
+
+    def save_instance(self, runner: str, body: str, now_ms: int) -> None:
+        kept = self._instances.get(runner)
+        self._instances[runner] = (body, kept[1] if kept is not None else now_ms, now_ms)
+
+    def drop_instances(self, before_ms: int) -> None:
+        for runner in [runner for runner, kept in self._instances.items() if kept[2] < before_ms]:
+            del self._instances[runner]
+
+    def drop_instance(self, runner: str) -> None:
+        self._instances.pop(runner, None)
 
 
 class MemoryStore(TableStore):

@@ -28,43 +28,40 @@ on a fleet rolled back to 0.2.
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from ..announcements import Announcement, LiveInstance, read_announcement
 from ..controls import JobState, ManualRequest
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError
 from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
 from ..states import RequestState
 from ..stored import Poll, ScheduleChanges, StoredSchedule
 from . import require
 from .base import REQUESTS_KEPT, ClaimRequest, Store
-from .migrations import check_version, latest_version, migrate
 from .pg_connections import DEFAULT_TIMEOUT_S, Cursor, Pool, pooled_cursor, with_defaults
 from .pg_replication import Replication
 from .queries import check_identifier, load_queries
+from .pg_schema import SCHEMA_VERSION, PgSchema
 from .pg_rows import changes_of, job_state_of, no_nul, request_of, run_of, schedule_of
 from .records import new_token
 from .urls import masked_url
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
-#: The schema version this release writes and reads: the number of its last migration. 2: the
-#: claim function takes the retry of a claim that won (same token and runner) as that attempt again.
-#: 3: pauses, requests for manual runs, and the attempts of every run. 4: stored schedules, and the
-#: claim answers a new claim from an older schedule version stale (rule 23).
-SCHEMA_VERSION = latest_version("postgres")
-
 #: The version whose schema holds pauses and requests; an older one (read as it is by a store
 #: opened with ``create=False``) holds none.
 _CONTROLS_VERSION = 3
 #: The version whose schema holds stored schedules; an older one holds none.
 _SCHEDULES_VERSION = 4
+#: The schema version that first holds the instances' announcements.
+_INSTANCES_VERSION = 5
 
 #: The most claims of a batch decided in one statement: a statement holds the locks of its jobs
 #: until it commits, so a batch of thousands is sent as several, each a short transaction.
 BATCH_MAX = 256
+
 
 class PostgresStore(Store):
     """The store contract in a PostgreSQL database (``postgresql://``, ``postgres://``).
@@ -126,10 +123,7 @@ class PostgresStore(Store):
             self._pool = Pool(self._psycopg2, with_defaults(dsn), max_connections, self._timeout_s)
             self._owns_pool = True
             self._label = masked_url(dsn)
-        self._schema_lock = threading.Lock()
-        self._schema_ready = False  # created or migrated (or found current) by a store that creates
-        self._schema_found = False  # found by a store that does not create
-        self._found_version = SCHEMA_VERSION  # the version of the schema found (create=False)
+        self._schema = PgSchema(self._q, self.schema, self.table)
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> "PostgresStore":
@@ -168,65 +162,9 @@ class PostgresStore(Store):
     def _cursor(self, doing: str) -> Iterator[Cursor]:
         """A cursor on a pooled autocommit connection, the schema created or found first."""
         with pooled_cursor(self._psycopg2, self._pool, self._timeout_s, doing) as cur:
-            if not self._schema_ready:
-                self._create_schema(cur)
+            if not self._schema.ready:
+                self._schema.ensure(cur, self.create)
             yield cur
-
-    def _create_schema(self, cur: Cursor) -> None:
-        with self._schema_lock:
-            if self._schema_ready or (self._schema_found and not self.create):
-                return
-            q = self._q
-            cur.execute(q["reserved_words"], {"names": [self.schema, self.table]})
-            reserved = [row[0] for row in cur.fetchall()]
-            if reserved:
-                raise ConfigError(
-                    f"{', '.join(map(repr, reserved))} is a reserved word in PostgreSQL:"
-                    " choose another schema or table name"
-                )
-            if not self.create:
-                self._find_schema(cur)
-                self._schema_found = True
-                return
-            cur.execute("BEGIN")
-            try:
-                cur.execute(q["lock_schema"], {"name": f"leasecron:{self.schema}.{self.table}"})
-                cur.execute(q["schema_exists"], {"schema": self.schema})
-                if cur.fetchone() is None:
-                    cur.execute(q["create_schema"])
-                cur.execute(q["create_meta"])
-                version = self._version(cur)
-                if migrate("postgres", version, cur.execute, schema=self.schema, table=self.table) > version:
-                    cur.execute(q["set_version"], {"version": str(SCHEMA_VERSION)})
-                cur.execute("COMMIT")
-            except BaseException:
-                if not cur.connection.closed:
-                    cur.execute("ROLLBACK")
-                raise
-            self._schema_ready = True
-
-    def _find_schema(self, cur: Cursor) -> None:
-        """What ``create=False`` does instead of creating: check that the schema and the tables
-        exist and are not newer than this release, and change nothing."""
-        missing = "does not exist (a store with create=False creates nothing)"
-        cur.execute(self._q["schema_exists"], {"schema": self.schema})
-        if cur.fetchone() is None:
-            raise StoreError(f"PostgreSQL schema {self.schema!r} {missing}")
-        names = [self.table, f"{self.table}_jobs", f"{self.table}_meta"]
-        cur.execute(self._q["tables_found"], {"schema": self.schema, "names": names})
-        found = {row[0] for row in cur.fetchall()}
-        for name in names:
-            if name not in found:
-                raise StoreError(f"PostgreSQL table {self.schema}.{name} {missing}")
-        self._found_version = self._version(cur)
-
-    def _version(self, cur: Cursor) -> int:
-        """The schema version stamped in ``<table>_meta`` (0: none yet); StoreError if it is newer
-        than this release's."""
-        cur.execute(self._q["get_version"])
-        row = cur.fetchone()
-        where = f"PostgreSQL table {self.schema}.{self.table}"
-        return check_version("postgres", int(row[0]) if row else 0, where)
 
     def _one(self, name: str, doing: str, **params: Any) -> Tuple[Any, ...]:
         with self._cursor(doing) as cur:
@@ -244,7 +182,7 @@ class PostgresStore(Store):
         schedules); None from an older schema (a store opened with ``create=False`` reads it as it
         is, and it holds none)."""
         with self._cursor(doing) as cur:
-            if self._found_version < version:
+            if self._schema.version < version:
                 return None
             cur.execute(self._q[name], params)
             return list(cur.fetchall())
@@ -346,6 +284,31 @@ class PostgresStore(Store):
             return Poll(self._pending_requests(), ScheduleChanges(since))
         cursor, changes, requests = rows[0]
         return Poll([request_of(item[0], item[1:]) for item in requests], changes_of(cursor, changes))
+
+    def _poll_announcing(self, since: int, announce: Announcement) -> Poll:
+        """One statement (``poll_announcing``): the announcement kept, then what :meth:`_poll` reads."""
+        if self._schema.version < _INSTANCES_VERSION:  # an older schema, used as it is: no announcements
+            return self._poll(since)
+        params = self._announce_params(announce)
+        doing = "polling for requests and schedule changes"
+        cursor, changes, requests = self._one("poll_announcing", doing, since=since, **params)
+        return Poll([request_of(item[0], item[1:]) for item in requests], changes_of(cursor, changes))
+
+    def _announce_params(self, announcement: Announcement) -> Dict[str, Any]:
+        return {"runner": announcement.runner, "body": announcement.to_json(), "ttl": self.instance_ttl_ms}
+
+    def _announce(self, announcement: Announcement) -> None:
+        doing = f"announcing instance {announcement.runner!r}"
+        self._rows_since(_INSTANCES_VERSION, "announce", doing, **self._announce_params(announcement))
+
+    def _withdraw(self, runner: str) -> None:
+        with self._cursor(f"withdrawing instance {runner!r}") as cur:
+            if self._schema.version >= _INSTANCES_VERSION:
+                cur.execute(self._q["withdraw"], {"runner": runner})
+
+    def _instances(self) -> List[LiveInstance]:
+        rows = self._rows_since(_INSTANCES_VERSION, "instances", "reading the instances", ttl=self.instance_ttl_ms)
+        return [read_announcement(*row) for row in rows or ()]
 
     def _pending_requests(self) -> List[ManualRequest]:
         rows = self._rows_since(_CONTROLS_VERSION, "pending_requests", "reading the pending requests") or []

@@ -14,6 +14,7 @@ import abc
 from types import TracebackType
 from typing import Dict, List, Optional, Sequence, Type, TypeVar
 
+from ..announcements import INSTANCE_TTL_MS, LiveInstance
 from ..controls import JobState, ManualRequest
 from ..runs import Run
 from ..limits import check_int, check_job_name
@@ -33,6 +34,10 @@ class StoreReads(abc.ABC):
     :class:`~leasecron.ConfigError` naming it, before the store is asked; a failing store raises
     :class:`~leasecron.StoreError`.
     """
+
+    #: How long after its last refresh an instance's announcement is kept (:meth:`instances`);
+    #: tests of a store may shorten it on the store object.
+    instance_ttl_ms: int = INSTANCE_TTL_MS
 
     @abc.abstractmethod
     def now_ms(self) -> int:
@@ -78,6 +83,12 @@ class StoreReads(abc.ABC):
         node on Redis Cluster): :meth:`pending_requests` and :meth:`schedule_changes` after ``since``."""
         check_int("since", since, 0)
         return self._poll(since)
+
+    def instances(self) -> List[LiveInstance]:
+        """The live instances (:mod:`leasecron.announcements`): those whose announcement was
+        refreshed within the last :attr:`instance_ttl_ms` (30 s) on the store's
+        clock, oldest start first (then by runner), in one round trip."""
+        return self._instances()
 
     def get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         """The stored run of ``job`` at ``slot_ms``, or ``None``."""
@@ -160,6 +171,10 @@ class StoreReads(abc.ABC):
     def _poll(self, since: int) -> Poll:
         """:meth:`poll`: the two reads one after the other, unless the backend does better."""
         return Poll(self._pending_requests(), self._schedule_changes(since))
+
+    @abc.abstractmethod
+    def _instances(self) -> List[LiveInstance]:
+        """:meth:`instances`."""
 
     @abc.abstractmethod
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:

@@ -29,6 +29,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ..compat import old_names_of
+from ..announcements import Announcement, LiveInstance
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
 from ..limits import check_int
@@ -42,8 +43,8 @@ from .redis_calls import RedisCalls
 from .redis_clients import DEFAULT_REPLICA_WAIT_MS, open_client
 from .redis_server import durability_warnings, replication_lines, server_version
 from .redis_replies import (
-    claim_args, index_member, read_changes, read_claim, read_index, read_run, read_runs, read_schedule, read_state,
-    schedule_args, text,
+    claim_args, index_member, read_changes, read_claim, read_index, read_instances, read_run, read_runs,
+    read_schedule, read_state, schedule_args, text,
 )  # fmt: skip
 from .redis_scripts import changelog_keys, control_keys, job_keys, schedule_key
 
@@ -284,6 +285,23 @@ class RedisStore(Store):
         """index.lua's and changes.lua's reads in one pipeline: one round trip, one per node of a cluster."""
         requests, changes = self._calls.poll(since)
         return Poll(read_index(requests), read_changes(since, changes))
+
+    def _poll_announcing(self, since: int, announce: Announcement) -> Poll:
+        """:meth:`_poll` and instances.lua's ``announce`` in the same pipeline."""
+        requests, changes = self._calls.poll(since, self._announce_args(announce))
+        return Poll(read_index(requests), read_changes(since, changes))
+
+    def _announce_args(self, announcement: Announcement) -> Tuple[Union[str, int], ...]:
+        return ("announce", self.instance_ttl_ms, announcement.runner, announcement.to_json())
+
+    def _announce(self, announcement: Announcement) -> None:
+        self._calls.instances(f"announcing instance {announcement.runner!r}", *self._announce_args(announcement))
+
+    def _withdraw(self, runner: str) -> None:
+        self._calls.instances(f"withdrawing instance {runner!r}", "withdraw", runner)
+
+    def _instances(self) -> List[LiveInstance]:
+        return read_instances(self._calls.instances("reading the instances", "read", self.instance_ttl_ms))
 
     def _get_run(self, job: str, slot_ms: int) -> Optional[Run]:
         raw = self._calls.call(f"reading {job!r}", self.client.hget, job_keys(self.prefix, job)[0], str(slot_ms))

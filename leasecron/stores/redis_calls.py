@@ -16,7 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 from ..errors import StoreUnavailable
 
 from .redis_replies import text
-from .redis_scripts import ScriptCall, Wait, changelog_keys, load_scripts, run_scripts, schedule_key
+from .redis_scripts import ScriptCall, Wait, changelog_keys, instances_keys, load_scripts, run_scripts, schedule_key
 from .redis_server import store_error
 
 __all__ = ["RedisCalls"]
@@ -45,6 +45,8 @@ class RedisCalls:
         self.pending_key = f"{prefix}:pending"
         #: The changelog of stored schedules, which changes.lua keeps.
         self.changelog_keys = changelog_keys(prefix)
+        #: The instances' announcements, which instances.lua keeps.
+        self.instances_keys = instances_keys(prefix)
         #: Whether the client is a Cluster's: the changelog then lies on another node than a job's keys.
         self.cluster = isinstance(client, redis.RedisCluster)
 
@@ -88,6 +90,10 @@ class RedisCalls:
     def changelog(self, doing: str, *args: Union[str, int], write: bool = False) -> Any:
         """changes.lua on the changelog of stored schedules; a ``write`` waits for the replicas (rule 22)."""
         return self._outside_jobs("changes", list(self.changelog_keys), doing, args, write)
+
+    def instances(self, doing: str, *args: Union[str, int]) -> Any:
+        """instances.lua on the instances' announcements (no rule reads them: no replica is waited for)."""
+        return self._outside_jobs("instances", list(self.instances_keys), doing, args, False)
 
     def _outside_jobs(
         self, name: str, keys: List[str], doing: str, args: Sequence[Union[str, int]], write: bool
@@ -138,16 +144,19 @@ class RedisCalls:
         self.changelog(doing, "add", job, *(text(part) for part in record), write=True)
         return record
 
-    def poll(self, since: int) -> Tuple[Any, Any]:
+    def poll(self, since: int, announce: Sequence[Union[str, int]] = ()) -> Tuple[Any, Any]:
         """index.lua's and changes.lua's reads in one pipeline (one round trip, one per node of a
-        cluster): the open requests, and the changes after cursor ``since``."""
+        cluster): the open requests, and the changes after cursor ``since``; with ``announce``,
+        instances.lua's arguments, that announcement refreshed in the same pipeline."""
         index, changes = self.scripts["index"], self.scripts["changes"]
         calls: List[ScriptCall] = [
             (index, [self.pending_key], ("read",)),
             (changes, self.changelog_keys, ("read", since)),
         ]
-        (requests, changed), _ = self.at_once("polling the requests and the schedule changes", calls)
-        return requests, changed
+        if announce:
+            calls.append((self.scripts["instances"], self.instances_keys, announce))
+        replies, _ = self.at_once("polling the requests and the schedule changes", calls)
+        return replies[0], replies[1]
 
     def script_many(
         self, name: str, jobs: Sequence[str], args: Sequence[Sequence[Union[str, int]]], doing: str, wait: Wait = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from ..announcements import LiveInstance, read_announcement
 from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
 from ..runs import Claim, Run
@@ -231,3 +232,17 @@ def _change(job: str, raw: Optional[Union[str, bytes]]) -> StoredSchedule:
     if not isinstance(record, dict):
         raise StoreError(f"{unreadable}: {shown(record)} is no JSON object")
     return read_schedule(job, record)
+
+
+def read_instances(reply: Sequence[Any]) -> List[LiveInstance]:
+    """instances.lua's ``read``: ``{runner, "<started_ms> <body>", seen_ms, ...}`` as live
+    instances, oldest start first; :class:`~leasecron.StoreError` naming a runner whose kept
+    value is unreadable."""
+    found = []
+    for i in range(0, len(reply), 3):
+        runner, kept = text(reply[i]), text(reply[i + 1])
+        started, _, body = kept.partition(" ")
+        if not started.isdigit():
+            raise StoreError(f"the announcement of instance {runner!r} is unreadable: {shown(kept[:80])}")
+        found.append(read_announcement(runner, body, int(started), _int(reply[i + 2])))
+    return sorted(found, key=lambda instance: (instance.started_ms, instance.runner))

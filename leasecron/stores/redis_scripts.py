@@ -29,6 +29,7 @@ __all__ = [
     "control_keys",
     "schedule_key",
     "changelog_keys",
+    "instances_keys",
     "run_scripts",
 ]
 
@@ -48,10 +49,13 @@ SCRIPT_KEYS = {
     "schedule": 7,
     "index": 0,
     "changes": 0,
+    "instances": 0,
 }
 #: The hash tag of the changelog of stored schedules: no job's can be it (a job's tag is its name
 #: quoted, which never keeps a colon).
 CHANGELOG_TAG = "{:schedules}"
+#: The hash tag of the instances' announcements.
+INSTANCES_TAG = "{:instances}"
 
 
 @functools.lru_cache(maxsize=4096)  # every call of a script names its job's keys: built once per job
@@ -80,6 +84,13 @@ def control_keys(prefix: str, job: str) -> Tuple[str, str]:
 def schedule_key(prefix: str, job: str) -> str:
     """The key of ``job``'s stored schedule (rules 23 and 24), in the hash tag of its runs."""
     return _all_keys(prefix, job)[6]
+
+
+def instances_keys(prefix: str) -> Tuple[str, str]:
+    """The instances' announcements (instances.lua), in a hash tag of its own: the bodies by
+    runner, and the runners by when each was last seen."""
+    tag = f"{prefix}:{INSTANCES_TAG}"
+    return f"{tag}:bodies", f"{tag}:seen"
 
 
 def changelog_keys(prefix: str) -> Tuple[str, str, str]:

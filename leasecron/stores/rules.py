@@ -16,6 +16,7 @@ import dataclasses
 from contextlib import AbstractContextManager
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..announcements import Announcement, LiveInstance, read_announcement
 from ..controls import JobState, ManualRequest
 from ..runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
 from ..states import AttemptOutcome, Outcome, Reason, RequestState, Status
@@ -159,6 +160,20 @@ class TableStore(Store):
             record = StoredSchedule(job, version, source, schedule, tz, task, kwargs, options, by, now)
             table.save_schedule(record)
             return record
+
+    def _announce(self, announcement: Announcement) -> None:
+        with self._write() as (table, now):
+            table.drop_instances(now - self.instance_ttl_ms)
+            table.save_instance(announcement.runner, announcement.to_json(), now)
+
+    def _withdraw(self, runner: str) -> None:
+        with self._write() as (table, _):
+            table.drop_instance(runner)
+
+    def _instances(self) -> List[LiveInstance]:
+        with self._read() as table:
+            rows = table.instances(self.now_ms() - self.instance_ttl_ms)
+        return [read_announcement(*row) for row in rows]
 
     def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
         with self._read() as table:

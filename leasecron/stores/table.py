@@ -6,13 +6,14 @@ the runs (:class:`~leasecron.stores.records.Record`), each job's pause (a
 :class:`~leasecron.controls.JobState` without requests), its requests for manual runs (the
 :class:`~leasecron.controls.ManualRequest` as made, with its stored state: a pending one whose time
 ran out is only *read* as ``expired``, by the rules) and its stored schedule
-(:class:`~leasecron.stored.StoredSchedule`, each saved with the store's count of changes then).
+(:class:`~leasecron.stored.StoredSchedule`, each saved with the store's count of changes then);
+and the instances' announcements (:mod:`leasecron.announcements`), which no rule reads.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
 from ..stored import ScheduleChanges, StoredSchedule
@@ -153,3 +154,23 @@ class Table(abc.ABC):
     def schedule_changes(self, since: int) -> ScheduleChanges:
         """The records saved after cursor ``since``, oldest first, and the newest cursor (``since``
         when there is none); the cost grows with those records only."""
+
+    # -- instances' announcements
+
+    @abc.abstractmethod
+    def instances(self, since_ms: int) -> List[Tuple[str, str, int, int]]:
+        """``(runner, body, started_ms, seen_ms)`` of each announcement seen at or after
+        ``since_ms``, by ``started_ms`` then runner."""
+
+    @abc.abstractmethod
+    def save_instance(self, runner: str, body: str, now_ms: int) -> None:
+        """Keep ``body`` as ``runner``'s announcement, seen at ``now_ms``; its ``started_ms`` stays
+        if one is kept, else it is ``now_ms``."""
+
+    @abc.abstractmethod
+    def drop_instances(self, before_ms: int) -> None:
+        """Forget every announcement last seen before ``before_ms``."""
+
+    @abc.abstractmethod
+    def drop_instance(self, runner: str) -> None:
+        """Forget ``runner``'s announcement, if any."""

@@ -13,6 +13,7 @@ import pytest
 
 import leasecron.stores.base
 from leasecron import Claim, ConfigError, LeaseCron, Store
+from leasecron.announcements import Announcement
 from leasecron.stores import ClaimRequest, DelegatingStore
 from tests.conftest import BACKENDS, Backend
 from tests.engine.support import FAST, HOURLY, CATCH_UP_HOUR, Recorder
@@ -24,6 +25,7 @@ from tests.stores.test_controls import *  # noqa: F401,F403,E402
 from tests.stores.test_attempts import *  # noqa: F401,F403,E402
 from tests.stores.test_batch import *  # noqa: F401,F403,E402
 from tests.stores.test_schedules import *  # noqa: F401,F403,E402
+from tests.stores.test_instances import *  # noqa: F401,F403,E402
 
 
 class _Wrapping:
@@ -62,10 +64,13 @@ def test_the_contract_tests_here_get_a_delegating_store(store: Store) -> None:
 
 #: The public operations of the contract: Store's own methods, which check their arguments and call
 #: the protected method of the same name.
+#: An announcement that the delegating store passes on.
+SAID = Announcement("r", "host", 1, "0.3.0")
+
 OPERATIONS = [
     "claim", "heartbeat", "finish", "release", "pause", "resume", "job_state", "job_states", "request_run",
     "pending_requests", "get_run", "unfinished", "runs", "jobs", "set_schedule", "stored_schedule",
-    "schedule_changes",
+    "schedule_changes", "announce", "withdraw", "instances",
 ]  # fmt: skip
 
 
@@ -77,10 +82,12 @@ def test_every_operation_is_forwarded_and_the_public_methods_are_the_contracts()
     for name in sorted(Store.__abstractmethods__) + ["server_version", "durability_warnings", "replication"]:
         assert name in vars(DelegatingStore), name
         assert inspect.signature(getattr(DelegatingStore, name)) == inspect.signature(getattr(Store, name)), name
-    for name in OPERATIONS + ["claim_many", "poll"]:
+    for name in OPERATIONS + ["claim_many"]:
         assert getattr(DelegatingStore, name) is getattr(Store, name), name
     assert "_claim_many" in vars(DelegatingStore)  # a batch goes to the inner store's own _claim_many
     assert "_poll" in vars(DelegatingStore)  # and a poll to the inner store's own _poll
+    assert "_poll_announcing" in vars(DelegatingStore)  # with an announcement too
+    assert DelegatingStore.poll is Store.poll
 
 
 class _Answers(Store):
@@ -167,6 +174,16 @@ class _Answers(Store):
         self._called("jobs")
         return ["j"]
 
+    def _announce(self, announcement: Any) -> None:
+        self._called("announce", announcement)
+
+    def _withdraw(self, runner: str) -> None:
+        self._called("withdraw", runner)
+
+    def _instances(self) -> Any:
+        self._called("instances")
+        return ["live"]
+
     def server_version(self) -> str:
         return "Answers 1.2"
 
@@ -207,6 +224,9 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     assert store.set_schedule("j", by="ops", schedule=30, task="t", kwargs={"a": 1}) == "a-schedule"
     assert store.stored_schedule("j") == "stored"
     assert store.schedule_changes(3) == "changes"
+    assert store.announce(SAID) is None
+    store.withdraw("r")
+    assert store.instances() == ["live"]
     assert store.server_version() == "Answers 1.2"
     assert store.durability_warnings() == ["keep it on disk"]
     assert store.replication() == ["copied twice"]
@@ -229,6 +249,9 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
         ("set_schedule", ("j", "ops", "stored", "30", None, "t", {"a": 1}, {})),
         ("stored_schedule", ("j",)),
         ("schedule_changes", (3,)),
+        ("announce", (SAID,)),
+        ("withdraw", ("r",)),
+        ("instances", ()),
     ]
     # a batch reaches the inner store's _claim_many, whose default sends one _claim after the other
     inner.calls.clear()
@@ -240,6 +263,10 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     polled = store.poll(5)
     assert (polled.requests, polled.schedules) == (["pending"], "changes")
     assert inner.calls == [("pending_requests", ()), ("schedule_changes", (5,))]
+    # a poll with an announcement: the inner store's _poll_announcing, whose default announces first
+    inner.calls.clear()
+    store.poll(5, announce=SAID)
+    assert inner.calls == [("announce", (SAID,)), ("pending_requests", ()), ("schedule_changes", (5,))]
     # the claim's defaults are the contract's; runs' limit is never negative
     inner.calls.clear()
     store.claim("j", 8, runner="r")

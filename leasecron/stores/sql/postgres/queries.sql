@@ -136,6 +136,33 @@ SELECT c.cursor, c.changes, (
 )
 FROM {schema}.{table}_schedule_changes_v4(%(since)s) c;
 
+-- name: poll_announcing
+-- Takes: since, runner, body, ttl. Returns: what poll returns, the
+-- announcement kept first ({table}_announce_v5): one statement, one round trip.
+SELECT c.cursor, c.changes, (
+    SELECT coalesce(json_agg(json_build_array(q.job, q.slot_ms, q.requested_by, q.expires_ms, q.state)
+                             ORDER BY q.slot_ms, q.job COLLATE "C"), '[]'::json)
+    FROM {schema}.{table}_requests q
+    WHERE q.state IN ('pending', 'claimed') AND q.expires_ms >= (SELECT {schema}.{table}_now())
+)
+FROM (SELECT {schema}.{table}_announce_v5(%(runner)s, %(body)s, %(ttl)s) AS announced) a
+CROSS JOIN {schema}.{table}_schedule_changes_v4(%(since)s) c;
+
+-- name: announce
+-- Takes: runner, body, ttl. Returns: the store's now when it was kept.
+SELECT {schema}.{table}_announce_v5(%(runner)s, %(body)s, %(ttl)s);
+
+-- name: withdraw
+-- Takes: runner. Forgets its announcement.
+DELETE FROM {schema}.{table}_instances i WHERE i.runner = %(runner)s;
+
+-- name: instances
+-- Takes: ttl. Returns: runner, body, started_ms, seen_ms of each instance
+-- seen within ttl of the store's clock, oldest start first.
+SELECT i.runner, i.body, i.started_ms, i.seen_ms FROM {schema}.{table}_instances i
+WHERE i.seen_ms >= {schema}.{table}_now() - %(ttl)s
+ORDER BY i.started_ms, i.runner COLLATE "C";
+
 -- name: job_state
 -- Takes: job. Returns: one row, the job's state (paused_by, paused_ms, note,
 -- requests), judged on the server's clock.

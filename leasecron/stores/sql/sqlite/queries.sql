@@ -208,3 +208,24 @@ ON CONFLICT (job) DO UPDATE SET
 -- range of the index of cursors, whatever the number of jobs. The last row's
 -- cursor is the newest.
 SELECT * FROM {table}_schedules WHERE cursor > :since ORDER BY cursor;
+
+-- name: instances
+-- Takes: since_ms. Returns: runner, body, started_ms, seen_ms of each
+-- announcement seen at or after since_ms, oldest start first.
+SELECT runner, body, started_ms, seen_ms FROM {table}_instances
+WHERE seen_ms >= :since_ms ORDER BY started_ms, runner;
+
+-- name: save_instance
+-- Takes: runner, body, now_ms. Keeps the announcement, seen now; a runner
+-- already kept keeps its started_ms.
+INSERT INTO {table}_instances (runner, body, started_ms, seen_ms)
+VALUES (:runner, :body, :now_ms, :now_ms)
+ON CONFLICT (runner) DO UPDATE SET body = excluded.body, seen_ms = excluded.seen_ms;
+
+-- name: drop_instances
+-- Takes: before_ms. Forgets the announcements last seen before it.
+DELETE FROM {table}_instances WHERE seen_ms < :before_ms;
+
+-- name: drop_instance
+-- Takes: runner. Forgets its announcement.
+DELETE FROM {table}_instances WHERE runner = :runner;
