@@ -19,6 +19,7 @@ from flask.testing import FlaskClient
 from leasecron import Store
 from leasecron.contrib.dashboard import blueprint
 from leasecron.runs import Claim, Run
+from leasecron.stored import ScheduleChanges, StoredSchedule
 from leasecron.stores.base import ClaimRequest
 from leasecron.stores.delegating import DelegatingStore
 from leasecron.controls import JobState
@@ -183,6 +184,14 @@ class CountingStore(DelegatingStore):
     def _unfinished(self, job: str) -> List[Run]:
         self.calls["unfinished"] += 1
         return super()._unfinished(job)
+
+    def _stored_schedule(self, job: str) -> Optional[StoredSchedule]:
+        self.calls["stored_schedule"] += 1
+        return super()._stored_schedule(job)
+
+    def _schedule_changes(self, since: int) -> ScheduleChanges:
+        self.calls["schedule_changes"] += 1
+        return super()._schedule_changes(since)
 
 
 def many_jobs(store: Store, count: int, runner: str = "bulk") -> List[str]:
