@@ -10,6 +10,7 @@ store holding a running ``report`` and a failed ``nightly report``.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -23,6 +24,8 @@ from tests.docs.readme_examples import DOCS
 from tests.test_cli_dashboard import STARTED
 
 PAGE = DOCS / "dashboard.rst"
+#: The keys of an answer whose values the page's samples show as the API gives them.
+SCHEDULE_KEYS = ("version", "source", "schedule", "tz", "task", "name")
 
 
 def curl_samples() -> List[Tuple[List[str], str]]:
@@ -69,10 +72,11 @@ def make_store(tmp_path: Path) -> Tuple[Store, LeaseCron]:
 
 
 def test_every_curl_of_the_page_answers_with_the_keys_it_shows(tmp_path: Path) -> None:
-    """GET /api/jobs, a job's runs, pause, resume and trigger: status 200, and the sample's keys are all
-    in the real answer (the page's resume shows no answer: it must still succeed)."""
+    """GET /api/jobs, a job's runs, pause, resume and trigger; a schedule overridden and reset; a
+    stored job put, listed, read and deleted: status 200, and the sample's keys are all in the real
+    answer (the page's resume shows no answer: it must still succeed)."""
     samples = curl_samples()
-    assert len(samples) == 5, samples
+    assert len(samples) == 11, samples
     store, cron = make_store(tmp_path)
     http = create_app(store, cron=cron).test_client()
     for args, sample in samples:
@@ -82,16 +86,22 @@ def test_every_curl_of_the_page_answers_with_the_keys_it_shows(tmp_path: Path) -
         parts = urlsplit(url)
         assert (parts.hostname, parts.port) == ("127.0.0.1", 8080), url
         path = parts.path + (f"?{parts.query}" if parts.query else "")
-        if method == "POST":
-            assert "Content-Type: application/json" in args, args
-            response = http.post(path, data=body, content_type="application/json")
-        else:
+        if method == "GET":
             response = http.get(path)
+        else:
+            assert method in ("POST", "PUT", "DELETE") and "Content-Type: application/json" in args, args
+            response = http.open(path, method=method, data=body, content_type="application/json")
         assert response.status_code == 200, (args, response.get_data(as_text=True))
         shown = set(re.findall(r'"(\w+)":', sample))
         missing = shown - keys_of(response.get_json())
         assert not missing, f"{' '.join(args)}: the page shows keys the API does not answer: {sorted(missing)}"
+        answer = response.get_json()
+        for key, value in re.findall(r'"(\w+)": ("[^"]*"|\d+|null)', sample):  # the schedule's values shown are real
+            if key in SCHEDULE_KEYS and isinstance(answer, dict) and key in answer:
+                assert answer[key] == json.loads(value), (" ".join(args), key, answer[key], value)
     assert store.job_state("report").requests, "the page's trigger asked for a run"
+    record = store.stored_schedule("report-team-3")
+    assert record is not None and (record.source, record.version) == ("code", 2), "the page's stored job was deleted"
     store.close()
 
 
