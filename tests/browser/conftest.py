@@ -51,6 +51,7 @@ START_TIMEOUT = 20.0
 APP = '''
 """The browser tests' app (written by tests/browser/conftest.py): the jobs the instances run."""
 
+import logging
 import os
 import time
 
@@ -102,6 +103,13 @@ def long(ctx):
 def exports(ctx):
     """Runs when triggered (a "/" in the name: percent-encoded in the dashboard's paths)."""
     work(ctx, 0.1)
+
+
+@cron.task("echo")
+def echo(ctx, message):
+    """The task of the stored jobs made in the dashboard's form: a short run that logs its kwargs."""
+    work(ctx, 0.05)
+    logging.getLogger("browser_app").warning("echo %r slot %d", message, ctx.slot_ms)
 '''
 
 
