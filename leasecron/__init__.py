@@ -21,6 +21,7 @@ from .runs import Claim, Run
 from .stored import StoredJob, StoredSchedule
 from .cron import LeaseCron
 from .stores import MemoryStore, SQLiteStore, Store, open_store
+from .version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover - resolved lazily by __getattr__ below
     from .stores.postgres import PostgresStore
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover - resolved lazily by __getattr__ below
 
 compat.install()  # the old module paths (leasecron.scheduler) still import
 
-__version__ = "0.2.0.dev0"
 
 __all__ = [
     "Aborted",

@@ -29,6 +29,7 @@ from .controls import JobState
 from .engine import Engine
 from .errors import ConfigError
 from .events import Callback, Emitter, SlotText, log
+from .version import __version__
 from .jobs import Handler, Job, Task, job_decorator, make_job
 from .schedule_data import ScheduleData
 from .options import INSTANCE_OPTIONS, JOB_OPTIONS, resolve_options
@@ -275,7 +276,7 @@ class LeaseCron(ScheduleData):
                 return
             engine = self._engine = Engine(
                 self.store, self.runner, self._emitter, self.clock, claim_threads=self._claim_threads,
-                poll_ms=self.poll_ms, defaults=self._defaults,
+                poll_ms=self.poll_ms, defaults=self._defaults, version=__version__,
             )  # fmt: skip
             jobs = list(self._jobs.values())
             tasks = list(self._tasks.values())

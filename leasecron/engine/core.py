@@ -22,6 +22,7 @@ from ..runs import Run
 from ..stored import StoredSchedule
 from ..states import AbortReason
 from ..stores import Store
+from .announcer import Announcer
 from .backups import Backups
 from .batches import Batches
 from .claim_pool import ClaimPool
@@ -77,6 +78,7 @@ class Engine:
         scheduler: Optional[Scheduler] = None,
         workers: Optional[Workers] = None,
         executor: Optional[Executor] = None,
+        version: str = "",
     ) -> None:
         self.runner = runner
         self.clock = clock
@@ -98,7 +100,10 @@ class Engine:
         claims = Claims(instance, clock=clock_sync, roster=roster, live=live, backups=backups, schedules=self)
         batches = Batches(instance, claims, claim_threads)
         self._slots = Slots(instance, roster=roster, batches=batches, backups=claims)
-        self._poller = RequestPoller(instance, poll_ms, roster=roster, claims=claims, schedules=self)
+        self._announcer = Announcer(runner, version)
+        self._poller = RequestPoller(
+            instance, poll_ms, roster=roster, claims=claims, schedules=self, announcer=self._announcer
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -113,6 +118,7 @@ class Engine:
         owner that steps it. ``jobs`` are those registered in code, ``tasks`` the tasks."""
         self._stored.set_code(jobs)
         self._stored.add_tasks(tasks)
+        self._announcer.registers(*self._stored.registered())
         self._roster.add(self._stored.jobs())
         self._tasks.submit(self._boot)
 
@@ -144,10 +150,12 @@ class Engine:
     def add(self, job: Job) -> None:
         """Schedule a job registered in code while running (as a stored schedule says, if one does)."""
         self._settle(self._stored.set_code([job]), recover=True)
+        self._announcer.registers(*self._stored.registered())
 
     def add_task(self, task: Task) -> None:
         """A task registered while running: the stored jobs that name it start here."""
         self._settle(self._stored.add_tasks([task]), recover=True)
+        self._announcer.registers(*self._stored.registered())
 
     def remove(self, job: Job) -> None:
         """Stop scheduling the code's job ``job``: its slots, catch-up, backups and manual runs; its
@@ -155,6 +163,7 @@ class Engine:
         that name (whose task is here) is scheduled in its place."""
         self._stored.drop_code(job.name)
         self._settle([job.name], recover=True)
+        self._announcer.registers(*self._stored.registered())
 
     # -- the Rescheduler role --------------------------------------------------------------
 
@@ -233,6 +242,7 @@ class Engine:
         # returned; a start-up still waiting on a store that never answered is simply left.
         in_flight_deadline = min(deadline, clock.monotonic() + IN_FLIGHT_WAIT_S)
         self._wait_until(lambda: all(f.done() for f in pending), in_flight_deadline)
+        self._withdraw()
         self._timers.stop(timeout=1.0)
         for run in self._live.left():
             run.abandon()
@@ -240,6 +250,15 @@ class Engine:
         self._workers.close()
         self._stopped.set()
         log.info("leasecron: stopped runner %r", self.runner)
+
+    def _withdraw(self) -> None:
+        """Take the instance's announcement out of the store (not on a cold stop: it ages out)."""
+        if self.cold.is_set():
+            return
+        try:
+            self._instance.store.withdraw(self.runner)
+        except StoreError as exc:
+            log.info("leasecron: cannot withdraw runner %r from the store (it ages out in 30 s): %s", self.runner, exc)
 
     def _wait_until(self, condition: Callable[[], bool], deadline: float) -> None:
         """Wait until ``condition()``, the monotonic ``deadline``, or a cold stop."""

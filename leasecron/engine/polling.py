@@ -5,7 +5,8 @@ Each pending request of a job registered here is claimed once, with reason
 ``manual`` (the store decides which instance runs it, rule 17); a request
 claimed elsewhere makes this instance a backup of its run, as for any run.
 The stored schedules changed since the last poll (after its cursor) go to
-the rescheduler. ``docs/design.rst``, "Manual runs", says more.
+the rescheduler. When the instance's announcement is due (:mod:`~leasecron.engine.announcer`),
+the poll carries it. ``docs/design.rst``, "Manual runs", says more.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..events import log
 from ..jobs import Job
 from ..runs import LATE_TOLERANCE_MS, Claim
 from ..states import Reason
+from .announcer import Announcer
 from .roles import Claimable, Instance, Rescheduler, Sender
 
 __all__ = ["RequestPoller"]
@@ -36,9 +38,17 @@ class RequestPoller:
     """
 
     def __init__(
-        self, instance: Instance, poll_ms: int, *, roster: Claimable, claims: Sender, schedules: Rescheduler
+        self,
+        instance: Instance,
+        poll_ms: int,
+        *,
+        roster: Claimable,
+        claims: Sender,
+        schedules: Rescheduler,
+        announcer: Announcer,
     ) -> None:
         self._instance = instance
+        self._announcer = announcer
         self._poll_s = poll_ms / 1000
         self._roster = roster
         self._claims = claims
@@ -66,7 +76,10 @@ class RequestPoller:
         """One call for every job's requests; the next poll is planned ``poll_ms`` after this one."""
         started = self._instance.clock.monotonic()
         try:
-            polled = self._instance.store.poll(self.cursor)
+            announcement = self._announcer.due(started)
+            polled = self._instance.store.poll(self.cursor, announce=announcement)
+            if announcement is not None:
+                self._announcer.sent(announcement, started)
             if polled.schedules.changes:
                 self._schedules.apply_records(polled.schedules.changes)
             self.cursor = max(self.cursor, polled.schedules.cursor)

@@ -51,6 +51,11 @@ class StoredJobs:
             self._rebuild(names)
             return names
 
+    def registered(self) -> Tuple[List[Job], List[Task]]:
+        """The jobs registered in code here and the tasks, as they are now (for the announcement)."""
+        with self._lock:
+            return list(self._code.values()), list(self._tasks.values())
+
     def drop_code(self, name: str) -> None:
         """Forget the job registered in code under ``name`` (``remove_job``)."""
         with self._lock:
