@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ConfigError, StoreError, shown
 from .limits import check_int, check_job_name, check_text
@@ -31,10 +31,13 @@ __all__ = [
     "MAX_ANNOUNCEMENT_BYTES",
     "AnnouncedJob",
     "Announcement",
+    "InUse",
     "LiveInstance",
     "announcement_of",
     "check_announcement",
     "read_announcement",
+    "registering",
+    "schedules_in_use",
 ]
 
 #: How often a started instance refreshes its announcement, at most (with its poll).
@@ -113,6 +116,47 @@ class LiveInstance:
     def to_dict(self) -> Dict[str, Any]:
         """The instance as plain JSON-ready values: the announcement's fields, ``started_ms`` and ``seen_ms``."""
         return {**self.announcement.to_dict(), "started_ms": self.started_ms, "seen_ms": self.seen_ms}
+
+
+@dataclasses.dataclass(frozen=True)
+class InUse:
+    """A schedule that live instances give a job in their code, and which instances do."""
+
+    #: The schedule's text (a cron string, or an interval's seconds).
+    schedule: str
+    #: The zone its cron string is read in.
+    tz: str
+    #: The runners of the instances that use it, sorted.
+    runners: Tuple[str, ...]
+
+
+def schedules_in_use(instances: Iterable[LiveInstance]) -> Dict[str, Tuple[InUse, ...]]:
+    """Each job that live ``instances`` register in code, by name, with every schedule in use for
+    it: one while they agree, several while they do not (a rolling deploy in progress, or a bug),
+    the one used by the most instances first."""
+    found: Dict[str, Dict[Tuple[str, str], List[str]]] = {}
+    for instance in instances:
+        for job in instance.announcement.jobs:
+            found.setdefault(job.name, {}).setdefault((job.schedule, job.tz), []).append(instance.runner)
+    return {
+        name: tuple(
+            sorted(
+                (InUse(schedule, tz, tuple(sorted(runners))) for (schedule, tz), runners in uses.items()),
+                key=lambda use: (-len(use.runners), use.schedule, use.tz),
+            )
+        )
+        for name, uses in sorted(found.items())
+    }
+
+
+def registering(instances: Iterable[LiveInstance], job: str, task: Optional[str] = None) -> List[str]:
+    """The runners of the live ``instances`` that run ``job``: they register it in code, or, for a
+    stored job (``task`` given), they register its task."""
+    return [
+        instance.runner
+        for instance in instances
+        if job in instance.schedules() or (task is not None and task in instance.announcement.tasks)
+    ]
 
 
 def check_announcement(announcement: object) -> Announcement:

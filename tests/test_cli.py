@@ -188,7 +188,7 @@ def test_jobs_last_run_and_next_slot(store_name: str, tmp_path: Path) -> None:
                 alpha["finished"], alpha["next slot (UTC)"]) == ("-", "3", utc_time(third), "running", "host-2",
                                                                  "(running)", "-")  # fmt: skip
         assert rows["beta"]["runs"] == "1" and rows["beta"]["status"] == "running"
-        assert "the store holds no schedules" in plain.stdout and "--app module:attr" in plain.stdout
+        assert "no live instance registers in its code" in plain.stdout and "--app module:attr" in plain.stdout
 
         (tmp_path / "opsmod.py").write_text(textwrap.dedent(OPS_MODULE))
         now = store.now_ms()
@@ -205,7 +205,7 @@ def test_jobs_last_run_and_next_slot(store_name: str, tmp_path: Path) -> None:
             next_tick = (now // 90_000 + 1) * 90_000
             assert (tick["schedule"], tick["runs"], tick["last slot (UTC)"]) == ("every 1m 30s", "0", "never")
             assert tick["next slot (UTC)"] in (utc_time(next_tick), utc_time(next_tick + 90_000))
-            assert "the store holds no schedules" not in result.stdout
+            assert "no live instance registers in its code" not in result.stdout
             limits = result.stdout.split("Time limits and retries (from the app):\n")[1].splitlines()[0]
             assert limits == "  tick  timeout 10m 00s; retries 3, first wait 2.0 s, doubled after each try"
 

@@ -2,7 +2,8 @@
 
 Each subcommand calls one function of :mod:`~leasecron.cli.commands` (``runs``, ``jobs``,
 ``check``, ``run``), :mod:`~leasecron.cli.controls` (``pause``, ``resume``, ``trigger``),
-:mod:`~leasecron.cli.schedules` (``reschedule``, ``put``, ``delete``), :mod:`~leasecron.cli.show`,
+:mod:`~leasecron.cli.schedules` (``reschedule``, ``put``, ``delete``),
+:mod:`~leasecron.cli.instances`, :mod:`~leasecron.cli.show`,
 :mod:`~leasecron.cli.dashboard` or :mod:`~leasecron.cli.demo`; the ``flask leasecron`` group
 calls the same functions. Expected errors print one line on stderr: a bad option, URL or
 ``module:attr`` (:class:`~leasecron.ConfigError`) exits with 2, a failed command with 1.
@@ -17,7 +18,7 @@ from typing import Any, List, Optional
 
 from .. import __version__
 from ..errors import ConfigError, LeaseCronError
-from . import commands, controls, dashboard, demo, schedules, show
+from . import commands, controls, dashboard, demo, instances, schedules, show
 
 __all__ = ["main", "build_parser"]
 
@@ -181,6 +182,17 @@ def build_parser() -> argparse.ArgumentParser:
     _by_argument(delete)
     _json_argument(delete, "the store's record as a JSON object")
 
+    live = _command(
+        sub,
+        "instances",
+        "list the live instances: runner, host, pid, version, and the jobs and tasks each registers",
+        "List the instances that announced themselves in the store in the last 30 s (a started instance does"
+        " every 10 s; a stopped one is removed): runner, host, pid, leasecron version, start, last refresh, and"
+        " the jobs (with the schedules in its code) and tasks each registers." + _READS_ONLY,
+    )
+    _url_argument(live)
+    _json_argument(live, "a JSON list of the live instances")
+
     check = _command(
         sub,
         "check",
@@ -273,6 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "reschedule": schedules.cmd_reschedule,
         "put": schedules.cmd_put,
         "delete": schedules.cmd_delete,
+        "instances": instances.cmd_instances,
         "check": commands.cmd_check,
         "run": commands.cmd_run,
         "dashboard": dashboard.cmd_dashboard,

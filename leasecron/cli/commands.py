@@ -21,6 +21,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from ..announcements import schedules_in_use
 from ..engine.clock import StoreClock
 from ..errors import ConfigError
 from ..runs import Run
@@ -156,22 +157,24 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
     and pending manual runs (one :meth:`~leasecron.Store.job_states` call for every job, one
     :meth:`~leasecron.Store.recent_runs` per 1,000 jobs), the schedules stored in the store (an
     override, or a stored job: one :meth:`~leasecron.Store.schedule_changes` call) and — from
-    them and ``cron``'s schedules — its next slot. Creates nothing (:func:`reading`)."""
+    them and the schedules of the code, ``cron``'s or those the live instances announce (one
+    :meth:`~leasecron.Store.instances` call) — its next slot. Creates nothing (:func:`reading`)."""
     registered = cron.jobs if cron is not None else {}
     defaults = app_defaults(cron)
     with reading(store):
         now_ms = store.now_ms()
         states = {state.job: state for state in store.job_states()}
         records = {record.job: record for record in store.schedule_changes(0).changes}
+        in_use = schedules_in_use(store.instances())
         stored = {name for name, record in records.items() if record.active}
-        names = sorted(set(store.jobs()) | set(registered) | set(states) | stored)
+        names = sorted(set(store.jobs()) | set(registered) | set(states) | stored | set(in_use))
         runs_of: Dict[str, List[Run]] = {}
         for start in range(0, len(names), MAX_RECENT_JOBS):  # one store call per 1,000 jobs
             runs_of.update(store.recent_runs(names[start : start + MAX_RECENT_JOBS], COUNT_CAP + 1))
     rows = []
     for name, runs in runs_of.items():
-        job = registered.get(name)
-        schedule, options = scheduled(job, records.get(name), defaults)
+        job, uses = registered.get(name), in_use.get(name, ())
+        schedule, options = scheduled(job, records.get(name), defaults, uses[0] if uses else None)
         rows.append(
             JobRow(
                 name=name,
@@ -184,6 +187,7 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
                 state=states.get(name),
                 options=options,
                 record=records.get(name),
+                in_use=uses,
             )
         )
     if as_json:

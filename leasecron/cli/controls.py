@@ -21,11 +21,12 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Collection, Iterator, List, Optional
 
+from ..announcements import registering
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError
 from ..formatting import attempt_chain, format_duration, utc_time
 from ..runs import Run
-from ..states import RequestState, Status
+from ..states import RequestState, ScheduleSource, Status
 from ..stores import Store, open_store
 from .commands import CommandError, reading
 
@@ -75,6 +76,22 @@ def unknown_job_warning(store: Store, job: str) -> Optional[str]:
     return (
         f"job {job!r} has no stored runs in {store!r}; is the name right? (the store holds no"
         " list of jobs: a job that never ran is acted on all the same)"
+    )
+
+
+def unregistered_job_warning(store: Store, job: str) -> Optional[str]:
+    """A warning when no live instance registers ``job`` (in its code, or, for a stored job, its
+    task): its request waits for one to start. None when one does."""
+    with reading(store):
+        record = store.stored_schedule(job)
+        live = store.instances()
+    task = record.task if record is not None and record.source == ScheduleSource.STORED else None
+    if registering(live, job, task):
+        return None
+    what = f"job {job!r}" + (f" or its task {task!r}" if task is not None else "")
+    return (
+        f"no live instance registers {what} ({len(live)} live in {store!r}, see `leasecron instances`):"
+        " the request waits for an instance that does to start, until it expires"
     )
 
 
@@ -254,9 +271,9 @@ def trigger(
             f" (in {format_duration(request.expires_ms - request.slot_ms)})."
         )
     if warn is not None:
-        warning = unknown_job_warning(store, job)
-        if warning is not None:
-            warn(warning)
+        for warning in (unregistered_job_warning(store, job), unknown_job_warning(store, job)):
+            if warning is not None:
+                warn(warning)
     if wait_s is None:
         if as_json:
             emit(json.dumps({"request": request.to_dict()}, indent=2))

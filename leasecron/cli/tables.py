@@ -16,6 +16,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..announcements import InUse
 from ..controls import JobState, ManualRequest
 from ..formatting import (
     attempt_chain,
@@ -120,7 +121,9 @@ class JobRow:
     ``state`` is the job's pause and requests, for a job that has either;
     ``options`` the job's options, for a job of the application. ``record``
     is what the store holds of the job's schedule (:func:`scheduled` makes
-    ``schedule`` of it), for a job that has one.
+    ``schedule`` of it), for a job that has one. ``in_use`` are the schedules
+    the live instances give the job in their code (their announcements), the
+    most used first: several while they disagree.
     """
 
     name: str
@@ -133,23 +136,32 @@ class JobRow:
     state: Optional[JobState] = None
     options: Optional[JobOptions] = None
     record: Optional[StoredSchedule] = None
+    in_use: Tuple[InUse, ...] = ()
 
 
 def scheduled(
-    code: Optional[Job], record: Optional[StoredSchedule], defaults: Optional[Mapping[str, Any]]
+    code: Optional[Job],
+    record: Optional[StoredSchedule],
+    defaults: Optional[Mapping[str, Any]],
+    announced: Optional[InUse] = None,
 ) -> Tuple[Optional[Schedule], Optional[JobOptions]]:
     """The schedule and options of what runs under a name, as an instance decides it
     (:func:`~leasecron.jobs.effective_job`): ``code`` is the app's job of that name, ``record``
-    the store's record, ``defaults`` the app's job defaults (None: no app given). A stored job
-    never takes a code job's name; an ``override`` or a stored job is read in its stored ``tz``,
-    else in the job's (the app's) zone: without an app, a cron string stored without a zone has
-    no known schedule (None)."""
-    if record is None or not record.active or (code is not None and record.source == ScheduleSource.STORED):
-        return (code.schedule, code.options) if code is not None else (None, None)
+    the store's record, ``defaults`` the app's job defaults (None: no app given); without the
+    app's job, ``announced`` is the schedule the live instances give it in their code. A stored
+    job never takes a code job's name; an ``override`` or a stored job is read in its stored
+    ``tz``, else in the job's zone: without it, a cron string stored without a zone has no known
+    schedule (None)."""
+    in_code = code.schedule if code is not None else None
+    code_tz = code.options.tz if code is not None else None
+    if code is None and announced is not None:
+        in_code, code_tz = make_schedule(schedule_spec(announced.schedule), announced.tz), announced.tz
+    if record is None or not record.active or (in_code is not None and record.source == ScheduleSource.STORED):
+        return in_code, code.options if code is not None else None
     assert record.schedule is not None
     spec = schedule_spec(record.schedule)
     options = code.options if code is not None else None
-    zone = record.tz or (code.options.tz if code is not None else None)
+    zone = record.tz or code_tz
     if record.source == ScheduleSource.STORED and defaults is not None:
         zone = record.tz or defaults.get("tz", "UTC")
         try:
@@ -180,6 +192,8 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
             schedule = f"{row.record.schedule} ({_zone_text(row.record)})"
         else:
             schedule = "(not in app)" if with_app else "-"
+        if len(row.in_use) > 1:
+            schedule += " (!)"
         if row.next_ms is None:
             upcoming = "-"
         else:
@@ -201,13 +215,28 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
         )
     lines = format_table(JOBS_HEADERS, cells, align="lllr") + state_lines(
         [row.state for row in rows if row.state is not None], now_ms
-    ) + limit_lines(rows) + stored_lines(rows, now_ms)
+    ) + limit_lines(rows) + stored_lines(rows, now_ms) + disagreeing_lines(rows)
     lines.append("")
     lines.append(f"{len(rows)} job(s) in {where}; 'runs' counts the runs the store keeps (history_size per job)")
     if not with_app and any(row.schedule is None and _stored_source(row) is None for row in rows):
-        lines.append("schedule and next slot: '-' for a job in code, as the store holds no schedules of the code's")
-        lines.append("  jobs; to show them, add --app module:attr (your LeaseCron, or a Flask app with")
-        lines.append("  LeaseCronExtension)")
+        lines.append("schedule and next slot: '-' for a job that no live instance registers in its code (the")
+        lines.append("  schedules of the code come from the instances' announcements: `leasecron instances`); or")
+        lines.append("  add --app module:attr (your LeaseCron, or a Flask app with LeaseCronExtension)")
+    return lines
+
+
+def disagreeing_lines(rows: Sequence[JobRow]) -> List[str]:
+    """Under the ``jobs`` table: each job (marked ``(!)``) whose live instances give it different
+    schedules in their code, with every schedule in use and the instances that use it."""
+    lines: List[str] = []
+    for row in rows:
+        if len(row.in_use) < 2:
+            continue
+        if not lines:
+            lines = ["", "(!) The live instances disagree on these jobs' schedules (a rolling deploy, or a bug):"]
+        for use in row.in_use:
+            zone = "" if use.tz == "UTC" else f" ({use.tz})"
+            lines.append(f"  {row.name}: {use.schedule}{zone} on {', '.join(use.runners)}")
     return lines
 
 
@@ -321,8 +350,10 @@ def job_dict(row: JobRow) -> Dict[str, object]:
         source: Optional[str] = stored.source
         tz = stored.tz
     else:
-        source = ScheduleSource.CODE if row.registered else None
+        source = ScheduleSource.CODE if row.registered or row.in_use else None
         tz = row.options.tz if row.registered and row.options is not None else None
+        if not row.registered and row.in_use:
+            tz = row.in_use[0].tz
     return {
         "job": row.name,
         "registered": row.registered,
@@ -344,4 +375,5 @@ def job_dict(row: JobRow) -> Dict[str, object]:
         "requests": [request.to_dict() for request in state.requests],
         "options": dataclasses.asdict(row.options) if row.options is not None else None,
         "stored_schedule": row.record.to_dict() if row.record is not None else None,
+        "in_use": [dataclasses.asdict(use) for use in row.in_use],
     }

@@ -22,7 +22,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the test environment has Flask
     raise ImportError(f"leasecron.contrib.flask needs Flask: pip install 'leasecron[flask]' ({exc})") from exc
 
-from ..cli import commands, controls, schedules, show
+from ..cli import commands, controls, instances, schedules, show
 from ..cron import LeaseCron
 from ..errors import ConfigError, LeaseCronError
 from ..jobs import check_kwargs
@@ -101,6 +101,15 @@ def _jobs(as_json: bool) -> None:
     stored runs, pause, pending manual runs, next slot."""
     cron = cron_of(current_app)
     _echo(commands.jobs_output(cron.store, cron, as_json))
+
+
+@cli.command("instances", short_help="List the live instances and what each registers.")
+@_json("a JSON list of the live instances")
+@_command
+def _instances(as_json: bool) -> None:
+    """List the instances that announced themselves in the app's store in the last 30 s: runner, host,
+    pid, version, and the jobs and tasks each registers."""
+    _echo(instances.instances_output(cron_of(current_app).store, as_json))
 
 
 @cli.command("show", short_help="Show one run with every attempt.")

@@ -16,6 +16,7 @@ import pytest
 from flask import Flask, current_app
 
 import leasecron
+from leasecron.announcements import AnnouncedJob, Announcement
 from leasecron import ConfigError, Context, MemoryStore, Store
 from leasecron.contrib.flask import CONFIG_KEYS, LeaseCronExtension
 from leasecron.options import JobOptions
@@ -326,6 +327,13 @@ def test_flask_leasecron_runs_jobs_and_check(backend: Backend) -> None:
     summary = [(j["job"], j["registered"], j["stored_runs"]) for j in listed]
     assert summary == [("cleanup", False, 1), ("report", True, 2)]
     assert listed[1]["last_run"] == newest.to_dict() and listed[1]["next_slot_ms"] == next_slot
+
+    assert runner.invoke(args=["leasecron", "instances"]).output.startswith("No live instance in ")
+    store.announce(Announcement("web-9", "host-9", 99, "0.3.0", (AnnouncedJob("report", "0 0 1 1 *", "UTC"),)))
+    instances = json.loads(runner.invoke(args=["leasecron", "instances", "--json"]).output)
+    assert [(i["runner"], i["pid"], i["jobs"]) for i in instances] == [
+        ("web-9", 99, [{"name": "report", "schedule": "0 0 1 1 *", "tz": "UTC"}])
+    ]
 
     check = runner.invoke(args=["leasecron", "check"])
     assert check.exit_code == 0, check.output
