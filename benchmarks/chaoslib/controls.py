@@ -1,4 +1,4 @@
-"""The operator of a chaos run: a seeded thread that pauses, resumes and triggers jobs at random.
+"""The operator of a chaos run: a seeded thread that pauses, resumes, triggers and reschedules jobs at random.
 
 While the nemesis hurts the cluster, the :class:`Operator` uses the cluster-wide controls the
 way a person at ``leasecron pause|resume|trigger`` would, through the store's public API
@@ -7,6 +7,12 @@ way a person at ``leasecron pause|resume|trigger`` would, through the store's pu
 times in 5; paused or not) or pauses one that is not paused; a pause is undone ``pause_s`` later
 (3–8 s: every job has a slot inside it). By ``quiet_at`` every pause is undone and nothing new
 is done, so the run settles as it would without the operator.
+
+Between those it changes schedules (:class:`~chaoslib.schedules.ScheduleChanger`, a seeded
+stream of its own): it reschedules the code's jobs and resets them later, and puts, replaces
+and deletes stored jobs, with :meth:`~leasecron.Store.set_schedule` as ``leasecron
+reschedule|put|delete URL`` do; by ``quiet_at`` every override is reset, and at ``settled_at``
+(in the quiet end, once the faults' effects are over) one stored job is put again.
 
 It talks to the store directly, not through an instance's fault proxy: its calls fail only
 while the store itself is down, and a call that failed can never land later (a stalled
@@ -22,8 +28,17 @@ pause        ``paused_ms`` (the store's clock when it was stored), ``note``
 resume       ``now_before_ms``: the store's clock read just before the call (None if
              that read failed), so the resume was stored at or after it
 trigger      ``slot_ms``, ``expires_ms``, ``state``, ``max_late_ms`` of the request
+reschedule   ``schedule``, ``tz``, and the store's answer: ``version``, ``updated_ms`` (the
+             change's time on the store's clock), ``source``, ``updated_by``
+reset        the store's answer (``source`` ``code``)
+put          ``schedule``, ``tz``, ``task``, ``kwargs``, ``options``, and the store's answer
+delete       the store's answer (``source`` ``code``)
 final-state  after the run, once per job: ``state`` (``JobState.to_dict()``: the pause
              and the requests the store still keeps, each with its final state)
+stopped      the operator's last action is done (``job`` empty); the harness stops the
+             instances after it, so they were all still at work then
+final-       after the run, once per code job and stored name: ``record``, the store's
+schedule     ``StoredSchedule.to_dict()`` (None: nothing was ever stored under it)
 ===========  =====================================================================
 """
 
@@ -35,9 +50,11 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from leasecron import Store, open_store
+
+from .schedules import ScheduleChanger
 
 __all__ = ["Operator"]
 
@@ -50,29 +67,34 @@ TRIGGER_SHARE = 0.6
 
 
 class Operator(threading.Thread):
-    """Pauses, resumes and triggers ``jobs`` on the store at ``url`` until :meth:`stop`."""
+    """Pauses, resumes, triggers and reschedules ``jobs`` (name -> ``JobConfig``) and puts and
+    deletes stored jobs on the store at ``url``, until :meth:`stop`."""
 
     def __init__(
         self,
         url: str,
-        jobs: Iterable[str],
+        jobs: Mapping[str, Any],
         seed: int,
         log_path: Path,
         quiet_at: float,
         max_late_ms: int = 30_000,
         gap_s: Tuple[float, float] = (2.0, 6.0),
         pause_s: Tuple[float, float] = (3.0, 8.0),
+        settled_at: Optional[float] = None,
     ) -> None:
         super().__init__(name="chaos-operator", daemon=True)
         self.url = url
         self.jobs = sorted(jobs)
         self.quiet_at = quiet_at
+        self.settled_at = settled_at
         self.max_late_ms = max_late_ms
         self.gap_s = gap_s
         self.pause_s = pause_s
         self.log_path = Path(log_path)
         self.rng = random.Random(f"{seed}:operator")
-        #: Actions done, by kind (``pause``, ``resume``, ``trigger``, and ``<kind>:error``).
+        self.schedules = ScheduleChanger(jobs, seed, ACTOR)
+        #: Actions done, by kind (``pause``, ``resume``, ``trigger``, ``reschedule``, ``reset``, ``put``,
+        #: ``delete``, and ``<kind>:error``).
         self.counts: Dict[str, int] = {}
         #: The jobs paused (or maybe paused: the pause raised), with when to resume them (monotonic).
         self.paused: Dict[str, float] = {}
@@ -84,7 +106,7 @@ class Operator(threading.Thread):
     # -- the thread ----------------------------------------------------------------------------
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Undo every pause still in effect and end the thread."""
+        """Undo every pause and override still in effect and end the thread."""
         self._halt.set()
         if self.is_alive():
             self.join(timeout)
@@ -100,8 +122,18 @@ class Operator(threading.Thread):
                 if now >= next_at and now < self.quiet_at:
                     self._act(now)
                     next_at = now + self.rng.uniform(*self.gap_s)
+                if now >= self.quiet_at:
+                    self.schedules.reset_all(self._call)
+                    if self.settled_at is not None and now >= self.settled_at:
+                        self.settled_at = None
+                        self.schedules.last_put(self._call)
+                else:
+                    self.schedules.step(now, self.quiet_at, self._call, self._halt.wait)
             for job in sorted(self.paused):
                 self._resume(job)
+            self.schedules.reset_all(self._call)
+            now_ns = time.monotonic_ns()
+            self._write("stopped", "", now_ns, now_ns, {})  # the instances are stopped only after this
         except BaseException as exc:  # noqa: BLE001 - the harness reports it
             log.exception("the operator failed")
             self.error = exc
@@ -169,16 +201,20 @@ class Operator(threading.Thread):
             f.write(json.dumps(line) + "\n")
 
     def record_final(self, url: Optional[str] = None) -> List[Dict[str, Any]]:
-        """Log a ``final-state`` line per job (read from the store at ``url``, default the
-        operator's) and return the states; call it once the instances stopped."""
+        """Log a ``final-state`` line per job and a ``final-schedule`` line per name (read from the
+        store at ``url``, default the operator's) and return the states; call it once the
+        instances stopped."""
         store = open_store(url or self.url)
         try:
             states = [store.job_state(job).to_dict() for job in self.jobs]
+            records = self.schedules.final_records(store)
         finally:
             store.close()
         now = time.monotonic_ns()
         for state in states:
             self._write("final-state", str(state["job"]), now, now, {"state": state})
+        for name, record in records:
+            self._write("final-schedule", name, now, now, {"record": record})
         return states
 
 

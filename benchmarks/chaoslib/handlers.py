@@ -16,7 +16,9 @@ What each job's tries do (:data:`JOB_PLANS`; schedules, overlap modes, ``timeout
   its instance reports ``lost`` meanwhile stops at once: the signal, aborted by the timeout
   first, keeps that reason, so the ``lost`` event (:class:`LostRuns`) is how it learns;
 * ``retry2`` (``retries`` 2, ``retry_delay_ms`` 100): each try works 100–300 ms and fails
-  half the time, so runs succeed at try 1, 2 or 3, or fail after the third.
+  half the time, so runs succeed at try 1, 2 or 3, or fail after the third;
+* the operator's stored jobs (any other name; task ``chaos-stored``, see
+  :mod:`chaoslib.schedules`): :data:`STORED_PLAN`, like ``every1``.
 
 A plan is drawn from ``random.Random(f"{seed}:{job}:{slot_ms}:{attempt}")`` for try 1 and
 ``…:{attempt}:{try_number}`` for later tries (:func:`plan_run`): the checker or a test can
@@ -37,7 +39,7 @@ from leasecron import Aborted, Context
 from .recording import Recorder, error_text
 from .sink import Sink
 
-__all__ = ["JOB_PLANS", "JobPlan", "LostRuns", "Plan", "Ticker", "make_handler", "plan_run"]
+__all__ = ["JOB_PLANS", "STORED_PLAN", "JobPlan", "LostRuns", "Plan", "Ticker", "make_handler", "plan_run"]
 
 #: How often a running handler logs a ``tick``.
 TICK_S = 0.010
@@ -69,6 +71,8 @@ JOB_PLANS: Dict[str, JobPlan] = {
     "timeout2": JobPlan(300, 2_000, grace_rate=0.5, grace_ms=(1_500, 3_500)),
     "retry2": JobPlan(100, 300, fail_rate=0.5),
 }
+#: The plan of the stored jobs' tries (the operator's, every 1–3 s, ``overlap`` ``allow``).
+STORED_PLAN = JobPlan(100, 400, fail_rate=0.03)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +89,7 @@ def plan_run(seed: int, job: str, slot_ms: int, attempt: int, try_number: int = 
     """The deterministic plan of a try (the checker or a test can recompute it)."""
     key = f"{seed}:{job}:{slot_ms}:{attempt}" + (f":{try_number}" if try_number > 1 else "")
     rng = random.Random(key)
-    spec = JOB_PLANS[job]
+    spec = JOB_PLANS.get(job, STORED_PLAN)
     duration_ms = rng.uniform(spec.min_ms, spec.max_ms)
     fails = rng.random() < spec.fail_rate
     grace_ms = 0.0

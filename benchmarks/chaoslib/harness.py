@@ -21,8 +21,9 @@
 3. starts the instances (``python -m chaoslib.worker``) and waits until each
    logged ``ready``;
 4. runs the :class:`~chaoslib.nemesis.Nemesis`, and the
-   :class:`~chaoslib.controls.Operator` that pauses, resumes and triggers jobs
-   (instances poll for requests every ``poll_ms``), for the run's duration except
+   :class:`~chaoslib.controls.Operator` that pauses, resumes and triggers jobs, reschedules
+   them and puts and deletes stored jobs (instances poll for requests and schedule changes
+   every ``poll_ms``), for the run's duration except
    its last ``lease + 5 s``, which stay quiet so runs settle;
 5. waits until a replicated store settled (every replica follows the
    primary), stops every instance with SIGTERM (SIGCONT first), reads every run of the
@@ -61,6 +62,7 @@ from chaoslib.failover import FailoverFaults  # noqa: E402
 from chaoslib.instances import WorkerProcess  # noqa: E402
 from chaoslib.nemesis import Nemesis, ServerRestarter, SQLiteFaults, StoreFaults  # noqa: E402
 from chaoslib.proxy import FaultyProxy  # noqa: E402
+from chaoslib.schedules import STORED_NAMES  # noqa: E402
 from chaoslib.sink import Sink  # noqa: E402
 from chaoslib.summary import format_summary, summarize  # noqa: E402
 
@@ -188,12 +190,12 @@ class _Store:
                 "&connect_timeout=2&timeout=2&options=-c%20statement_timeout%3D2000")  # fmt: skip
 
     def final_runs(self) -> Dict[str, List[Dict[str, Any]]]:
-        """Every stored run of every job, straight from the store (no proxy)."""
+        """Every stored run of every job, the code's and the operator's stored ones, from the store (no proxy)."""
         if self.server is not None and not self.server.running:
             self.server.start()
         store = leasecron.open_store(self.direct_url)
         try:
-            return {job: [r.to_dict() for r in store.runs(job, limit=1_000_000)] for job in JOBS}
+            return {job: [r.to_dict() for r in store.runs(job, limit=1_000_000)] for job in (*JOBS, *STORED_NAMES)}
         finally:
             store.close()
 
@@ -298,7 +300,11 @@ def run(
             quiet_at=begin + duration_s - quiet_s, proxies=store.proxied, clock=store.clock,
             store_first=store.topology is not None,
         )  # fmt: skip
-        operator = Operator(store.direct_url, JOBS, seed, log_dir / "operator.jsonl", nemesis.quiet_at, max_late_ms)
+        # once the faults' effects are over (lease + 2 x heartbeat after the last), the operator's
+        # last put runs slots that stored_once judges
+        settled_at = nemesis.quiet_at + (lease_ms + 2 * heartbeat_ms) / 1000 + 0.5
+        operator = Operator(store.direct_url, JOBS, seed, log_dir / "operator.jsonl", nemesis.quiet_at, max_late_ms,
+                            settled_at=settled_at)  # fmt: skip
         nemesis.start()
         operator.start()
         _wait(begin + duration_s, workers, nemesis)

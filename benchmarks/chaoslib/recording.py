@@ -88,7 +88,7 @@ class RecordingStore(DelegatingStore):
             for request in requests:
                 self._rec.log(
                     "claim", job=request.job, slot_ms=request.slot_ms, reason=request.reason, outcome=None,
-                    error=error_text(exc), t0_mono_ns=t0, t1_mono_ns=t1,
+                    version=request.version, error=error_text(exc), t0_mono_ns=t0, t1_mono_ns=t1,
                 )  # fmt: skip
             raise
         t1 = time.monotonic_ns()
@@ -98,7 +98,7 @@ class RecordingStore(DelegatingStore):
                 self._attempts[run.token] = run.attempt
             self._rec.log(
                 "claim", job=request.job, slot_ms=request.slot_ms, reason=request.reason, outcome=claim.outcome,
-                t0_mono_ns=t0, t1_mono_ns=t1, **_run_fields(run),
+                version=request.version, t0_mono_ns=t0, t1_mono_ns=t1, **_run_fields(run),
             )  # fmt: skip
         return claims
 
@@ -133,7 +133,7 @@ class RecordingStore(DelegatingStore):
 def _run_fields(run: Optional[Run]) -> Dict[str, Any]:
     if run is None:
         return {"attempt": None, "token": None, "lease_end_ms": None, "run_slot_ms": None,
-                "run_status": None, "run_runner": None}  # fmt: skip
+                "run_status": None, "run_runner": None, "run_started_ms": None}  # fmt: skip
     return {
         "attempt": run.attempt,
         "token": run.token,
@@ -141,4 +141,5 @@ def _run_fields(run: Optional[Run]) -> Dict[str, Any]:
         "run_slot_ms": run.slot_ms,
         "run_status": run.status,
         "run_runner": run.runner,
+        "run_started_ms": run.started_ms,
     }

@@ -5,15 +5,17 @@
         --lease-ms 2000 --heartbeat-ms 500 --max-late-ms 30000 --poll-ms 300 --seed INT
 
 It runs a :class:`~leasecron.LeaseCron` (``jitter_ms=0``,
-``history_size=100000``, ``poll_ms`` to find requests for manual runs) over a
-:class:`RecordingStore` (the real store, every claim, heartbeat, finish and release logged; a
-claim's ``reason`` is ``manual`` for a triggered run) with the jobs of
-:data:`JOB_PLANS`, until SIGTERM (a warm stop that hands live runs over; exit
-code 0). A SIGTERM that comes while it is still starting stops it the same way
-once it started. Each try of a handler (:mod:`chaoslib.handlers`) logs ``start``, a
-``tick`` every 10 ms from a ticker thread while it works (stopping as soon as its signal
-aborts, but for a ``timeout2`` try that ignores its timeout for a while), then writes its
-result to a :class:`Sink` that keeps only the newest attempt of a slot.
+``history_size=100000``, ``poll_ms`` to find requests for manual runs and schedule changes)
+over a :class:`RecordingStore` (the real store, every claim, heartbeat, finish and release
+logged; a claim's ``reason`` is ``manual`` for a triggered run) with the jobs of
+:data:`JOB_PLANS`, and the task ``chaos-stored`` of the operator's stored jobs
+(:mod:`chaoslib.schedules`; the same handler, with :data:`~chaoslib.handlers.STORED_PLAN`),
+until SIGTERM (a warm stop that hands live runs over; exit code 0). A SIGTERM that comes
+while it is still starting stops it the same way once it started. Each try of a handler
+(:mod:`chaoslib.handlers`) logs ``start``, a ``tick`` every 10 ms from a ticker thread while
+it works (stopping as soon as its signal aborts, but for a ``timeout2`` try that ignores its
+timeout for a while), then writes its result to a :class:`Sink` that keeps only the newest
+attempt of a slot.
 
 Every line is one JSON object appended to ``--log`` with ``ev``, ``runner``,
 ``pid``, ``wall_ns`` (``time.time_ns()``) and ``mono_ns``
@@ -27,11 +29,12 @@ ready      first line of an incarnation: ``store`` (URL scheme), ``lease_ms``,
            ``heartbeat_ms``, ``max_late_ms``, ``poll_ms``, ``seed``, ``jobs``, ``skew_ms`` (how far
            the process's wall clock is skewed; every ``wall_ns`` is corrected by it)
 running    after ``cron.start()`` returned
-claim      ``job``, ``slot_ms``, ``reason``, ``outcome`` (``None`` and
-           ``error`` if the call raised), the run the outcome is about:
-           ``attempt``, ``token``, ``lease_end_ms``, ``run_slot_ms``,
-           ``run_status``, ``run_runner``; ``t0_mono_ns``/``t1_mono_ns``
-           around the call
+claim      ``job``, ``slot_ms``, ``reason``, ``version`` (of the stored schedule the
+           slot was computed from, rule 23; 0: the code's), ``outcome`` (``None`` and
+           ``error`` if the call raised; ``stale``: a newer version is stored), the run
+           the outcome is about: ``attempt``, ``token``, ``lease_end_ms``, ``run_slot_ms``,
+           ``run_status``, ``run_runner``, ``run_started_ms`` (its attempt's start on the
+           store's clock); ``t0_mono_ns``/``t1_mono_ns`` around the call
 heartbeat  ``job``, ``slot_ms``, ``token``, ``attempt``, ``ok`` (``None``
            and ``error`` if it raised), ``sent_mono_ns``, ``recv_mono_ns``
 finish     same as heartbeat plus ``status`` and ``failure`` (the error text sent)
@@ -43,7 +46,8 @@ abort      ids, ``reason`` (the signal's: ``lost``, ``stop`` or ``timeout``; ``l
            ``ignored_ms`` when the try works on that long past its timeout
 sink       ids, ``accepted`` (``None`` and ``error`` if the write failed)
 end        ids, ``outcome``: ``returned``, ``raised`` or ``aborted``
-event      ``type`` (start, success, failed, skip, lost, handover, error, retry),
+event      ``type`` (start, success, failed, skip, lost, handover, error, retry; a ``skip``
+           with reason ``rescheduled`` follows a claim answered ``stale``),
            ``job``, ``slot_ms``, ``attempt``, ``reason``, ``error``, ``token``
            (of ``event.run``), ``try_number``
 stopped    last line: ``code`` (0, or 1 with ``error``)
@@ -80,11 +84,12 @@ from pathlib import Path  # noqa: E402
 from typing import Any, List  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
-from leasecron import Event, LeaseCron, Store, open_store  # noqa: E402
+from leasecron import Context, Event, LeaseCron, Store, open_store  # noqa: E402
 
 from .checker import DEFAULT_JOBS  # noqa: E402
 from .handlers import JOB_PLANS, JobPlan, LostRuns, Plan, make_handler, plan_run  # noqa: E402
 from .recording import Recorder, RecordingStore, error_text  # noqa: E402
+from .schedules import STORED_TASK  # noqa: E402
 from .sink import WRITER_BUSY_MS, Sink  # noqa: E402
 
 __all__ = ["JOB_PLANS", "JobPlan", "Plan", "RecordingStore", "Recorder", "Sink", "main", "plan_run"]
@@ -130,6 +135,12 @@ def build_cron(store: Store, recorder: Recorder, sink: Sink, args: argparse.Name
             handler, job.interval_ms / 1000, name=name, overlap=job.overlap, timeout_ms=job.timeout_ms,
             retries=job.retries, retry_delay_ms=job.retry_delay_ms,
         )  # fmt: skip
+
+    @cron.task(STORED_TASK)
+    def stored_task(ctx: Context, n: int) -> None:
+        """A stored job's try: the same handler (its kwargs ``n``, the operator's put number, unused)."""
+        handler(ctx)
+
     on_event = make_event_logger(recorder, lost_runs)
     for event_type in EVENT_TYPES:
         cron.on(event_type, on_event)

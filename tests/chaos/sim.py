@@ -5,7 +5,8 @@ runs the checker. :func:`clean_run` writes the logs of three instances (A, B, C)
 every kind of event the checker judges: a takeover after SIGKILL, a takeover of a frozen
 runner whose heartbeat is refused after SIGCONT, a hand-over after SIGTERM, a skipped overlap,
 a refused late claim, a planned failure, a triggered run, a claim answered ``paused``, a run
-that ignores its timeout for a while and one retried after a failed try, with the attempts
+that ignores its timeout for a while and one retried after a failed try, a code job rescheduled
+and reset and a stored job put and deleted (:mod:`tests.chaos.sim_schedules`), with the attempts
 each record holds. It passes; each test breaks one thing and expects the
 invariant that names it to report a violation (:func:`found`, :func:`assert_violates`,
 :func:`assert_clean`). Times are ms on one clock (``mono_ns`` and ``wall_ns`` alike), slots
@@ -21,6 +22,8 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Tuple
 
 from chaoslib.checker import DEFAULT_JOBS, Config, Report, check
+
+from .sim_schedules import schedules
 
 __all__ = [
     "HB", "LEASE", "TIMED_OUT", "Sim", "assert_clean", "assert_violates", "clean_run", "found", "ns", "resume_later",
@@ -329,6 +332,7 @@ def clean_run(sim: Sim) -> SimpleNamespace:
     sim.line("B", "stopped", 14000, code=0)
     controls(sim, h)
     tries(sim, h)
+    schedules(sim, h)
     # the attempts each record holds (rule 20)
     sim.attempts("every1", 1000, (1, "A", "schedule", 1000, 1201, "success"))
     sim.attempts(

@@ -42,7 +42,10 @@ def test_clean_run_passes_with_every_invariant_checked(tmp_path: Path) -> None:
     assert report.effective, report.format_table()
     assert report.effects["takeovers"] == 3 and report.effects["refused_heartbeats"] == 1
     assert report.effects["refused_late_claims"] == 1 and report.effects["kills"] == 1
-    assert report.end_states["completed"] == 9 and report.end_states["skipped while paused"] == 1
+    assert report.end_states["completed"] == 12 and report.end_states["skipped while paused"] == 1
+    assert report.end_states["skipped as rescheduled"] == 1 and report.effects["stale_claims"] == 2
+    assert report.effects["schedule_changes"] == 4 and report.effects["stored_job_runs"] == 2
+    assert report.effects["rescheduled_skips"] == 2 and report.effects["stored_due_slots"] == 2
     assert report.effects["paused_claims"] == 1 and report.effects["manual_runs"] == 1
     assert report.end_states["skipped as overlap"] == 1 and report.end_states["refused late"] == 1
     assert report.takeover.samples == [pytest.approx(1952)]
@@ -386,7 +389,7 @@ def test_run_without_faults_proved_nothing(tmp_path: Path) -> None:
     assert not report.effective
     assert set(report.missing_effects) == {
         "takeovers", "refused_heartbeats", "refused_late_claims", "paused_claims", "manual_runs", "timeouts",
-        "timeouts_ignored", "retried_tries",
+        "timeouts_ignored", "retried_tries", "stale_claims", "stored_job_runs",
     }  # fmt: skip
     assert "proved nothing" in report.format_table()
 

@@ -54,8 +54,9 @@ The invariants (names as in :attr:`Report.invariants`):
                          late for a handler that had ended in time is no violation:
                          only the store's record of the end was pending.
 ``end_state``            every slot ends completed (success/failed), skipped as
-                         overlap, refused late, interrupted by a newer slot, or out
-                         of attempts. A run still ``running`` is counted as live
+                         overlap, refused late, skipped as rescheduled (claims answered
+                         ``stale``), interrupted by a newer slot, or out of attempts.
+                         A run still ``running`` is counted as live
                          at the end when its runner was still at it, or no
                          instance could have taken it over before the logs end.
                          On a replicated store, a slot without a record whose
@@ -114,6 +115,14 @@ The invariants (names as in :attr:`Report.invariants`):
 ``retry_outcome``        a run recorded ``success`` ended by a try that returned; one
                          recorded ``failed`` by a last try that raised after all its
                          tries (or was aborted), with that try's error.
+``rescheduled_fenced``   no claim from a version of a job's schedule older than an answered
+                         change of it won a new run (attempt 1, scheduled or catch-up) that
+                         started, on the store's clock, after the change's ``updated_ms``
+                         (rule 23; ``checker/schedules.py``).
+``stored_once``          each new run of a stored job was claimed from a put whose schedule has
+                         its slot (never a deleted job's); each slot of a put that fell due
+                         after the instances had polled it, before the job's next change, while
+                         an instance was up and could reach the store, has a run.
 
 What these logs cannot show, counted as *not checked* (``skipped``) rather
 than passed:
@@ -147,9 +156,10 @@ than passed:
   is not known); only won claims are checked;
 * the sink's final contents only when :attr:`Config.sink` names the file.
 
-The operator's ``operator.jsonl`` (pause, resume, trigger, final-state; see
-:mod:`chaoslib.controls`) is read by ``checker/controls.py``: a call that raised
-may have been carried out, so only what the answers prove is judged.
+The operator's ``operator.jsonl`` (pause, resume, trigger, reschedule, reset, put, delete,
+final-state, final-schedule; see :mod:`chaoslib.controls` and :mod:`chaoslib.schedules`) is read
+by ``checker/controls.py``: a call that raised may have been carried out, so only what the
+answers prove is judged.
 
 The harness's ``nemesis.jsonl`` lines: ``{"ev": "nemesis", "action": ...,
 "runner", "pid", "wall_ns", "mono_ns", ...}``. ``kill``, ``stop``, ``cont``,
@@ -191,6 +201,8 @@ from .report import (
     Report,
     read_final_runs,
 )
+from .schedules import Change, changes_of, check_fenced, check_stored_once, longest_gaps
+from .schedules import effects as schedule_effects
 from .safety import (
     check_attempts,
     check_fencing,
@@ -217,7 +229,7 @@ __all__ = [
 ]
 
 
-def _effects(model: Model) -> Dict[str, int]:
+def _effects(model: Model, changes: Dict[str, List[Change]]) -> Dict[str, int]:
     calls = [c for att in model.attempts.values() for c in att.calls]
     actions = [n.get("action") for n in model.nemesis]
     return {
@@ -243,12 +255,16 @@ def _effects(model: Model) -> Dict[str, int]:
         "paused_claims": sum(1 for c in model.claims if c.get("outcome") == "paused"),
         "manual_runs": sum(1 for c in model.claims if c.get("outcome") == "won" and c.get("reason") == "manual"),
         **tries_effects(model),
+        **schedule_effects(model, changes),
     }
 
 
 def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> Report:
     """Verify the invariants of one chaos run; see the module docstring for each of them."""
     model = build_model(Path(log_dir), final_runs, config)
+    controls = read_controls(Path(log_dir))
+    changes = changes_of(controls)
+    model.gaps = longest_gaps(model, changes)
     b = bounds_of(model, config)
     inv = {name: InvariantResult(name, text) for name, text in INVARIANTS.items()}
     takeover, handover = Delays(b.takeover_ms), Delays(b.handover_ms)
@@ -282,12 +298,13 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
     check_delays(model, "kill", takeover, inv["takeover_delay"])
     check_delays(model, "term", handover, inv["handover_delay"])
     check_sink(model, config, inv["sink_newest"])
-    controls = read_controls(Path(log_dir))
     check_paused(model, controls, inv["paused_no_new_run"])
     check_triggers(model, controls, b, inv["trigger_once"])
+    check_fenced(model, changes, inv["rescheduled_fenced"])
+    due = check_stored_once(model, changes, b, inv["stored_once"], controls.stopped_ns)
     return Report(
         invariants=inv,
-        effects=_effects(model),
+        effects={**_effects(model, changes), "stored_due_slots": due},
         end_states=end_states,
         takeover=takeover,
         handover=handover,

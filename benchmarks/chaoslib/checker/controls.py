@@ -31,6 +31,8 @@ from .report import CLOCK_SLACK_MS, INF, NS, InvariantResult, Line
 
 #: The reasons of a claim that starts a new scheduled run (the ones a pause refuses).
 SCHEDULED = ("schedule", "catch-up")
+#: The operator's actions that change a schedule (rule 24).
+SCHEDULE_CHANGES = ("reschedule", "reset", "put", "delete")
 
 
 @dataclasses.dataclass
@@ -53,6 +55,10 @@ class Controls:
     requests: Dict[tuple, Line] = dataclasses.field(default_factory=dict)  # (job, slot_ms) -> trigger line
     failed_triggers: List[Line] = dataclasses.field(default_factory=list)
     final: Dict[tuple, str] = dataclasses.field(default_factory=dict)  # (job, slot_ms) -> final request state
+    #: The schedule changes (reschedule, reset, put, delete), answered or not (``checker/schedules.py``).
+    changes: List[Line] = dataclasses.field(default_factory=list)
+    #: When the operator stopped (its ``stopped`` line), before the harness stopped the instances.
+    stopped_ns: int = INF
     actions: int = 0
 
 
@@ -77,7 +83,7 @@ def index_controls(lines: List[Line]) -> Controls:
     open_pause: Dict[str, Line] = {}
     for line in lines:
         action, job, ok = line.get("action"), str(line.get("job")), "error" not in line
-        out.actions += action != "final-state"
+        out.actions += action not in ("final-state", "final-schedule", "stopped")
         if action == "pause":
             open_pause.pop(job, None)
             if ok and isinstance(line.get("paused_ms"), int):
@@ -91,6 +97,10 @@ def index_controls(lines: List[Line]) -> Controls:
                 out.requests[(job, line["slot_ms"])] = line
             else:
                 out.failed_triggers.append(line)
+        elif action in SCHEDULE_CHANGES:
+            out.changes.append(line)
+        elif action == "stopped":
+            out.stopped_ns = min(out.stopped_ns, line["t0_mono_ns"])
         elif action == "final-state":
             for req in (line.get("state") or {}).get("requests") or []:
                 out.final[(str(req.get("job")), req.get("slot_ms"))] = str(req.get("state"))

@@ -188,6 +188,7 @@ class Model:
         self.claims: List[Line] = []
         self.lost_events: List[Line] = []
         self.handover_events: List[Line] = []
+        self.skip_events: List[Line] = []
         self.sink_lines: List[Line] = []
         self.faults: List[Tuple[Optional[str], int, int]] = []  # scope runner (None: all), start, end
         self.clock_steps: List[Tuple[int, int]] = []  # the store's clock was off: from the step to the step back
@@ -195,6 +196,9 @@ class Model:
         #: every other instance's writes waited meanwhile, as in a stall of the store.
         self.frozen_writers: List[Tuple[int, int]] = []
         self.stores: Set[str] = set()
+        #: The longest time between two slots of any schedule a job had, where a change gave it one
+        #: other than the code's (ms; ``checker/schedules.py``).
+        self.gaps: Dict[str, int] = {}
         self.end_ns = 0
         self.malformed = 0
 
@@ -455,6 +459,8 @@ def _index_event(model: Model, line: Line) -> None:
         model.lost_events.append(line)
     elif kind == "handover":
         model.handover_events.append(line)
+    elif kind == "skip":
+        model.skip_events.append(line)
     if kind not in ("start", "success", "failed", "lost", "handover", "retry"):
         return
     key = _akey(line)

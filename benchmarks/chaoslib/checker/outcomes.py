@@ -35,6 +35,8 @@ def end_state(model: Model, slot: Slot, b: Bounds) -> Tuple[Optional[str], Optio
         return "refused late", None
     if "paused" in reached and reached <= {"paused", "late", "overlap"}:
         return "skipped while paused", None
+    if "stale" in reached and reached <= {"stale", "paused", "late", "overlap"}:
+        return "skipped as rescheduled", None  # rule 23: claimed from a schedule a change replaced
     if not reached:
         return "unreached", None
     if _lost_unconfirmed(model, slot):
@@ -102,7 +104,7 @@ def _stuck(model: Model, slot: Slot, b: Bounds) -> Optional[str]:
     ceased = _ceased_ns(model, last)
     if ceased is None:
         return None
-    interval = model.config.jobs.get(slot.job, JobConfig(0, "allow")).interval_ms
+    interval = max(model.config.jobs.get(slot.job, JobConfig(0, "allow")).interval_ms, model.gaps.get(slot.job, 0))
     due = ceased + int((b.takeover_ms + interval) * NS)
     if due >= model.end_ns or not model.available(ceased, due, None if last is None else last.pid):
         return None  # the logs end first, or no instance could have taken it over

@@ -90,6 +90,8 @@ INVARIANTS: Dict[str, str] = {
     "timeout_enforced": "a run past timeout_ms is aborted on time, renewed till it returns, recorded timed out",
     "tries_sequential": "an attempt's tries run one at a time as 1..k, k <= retries + 1, after the delays",
     "retry_outcome": "a run recorded success ended by a try that returned; failed, by its last try raising",
+    "rescheduled_fenced": "no new run from a replaced schedule's version starts after the change (store clock)",
+    "stored_once": "a stored job's slot due while it existed and an instance was up runs; none of a deleted one",
 }
 
 #: The end states a slot may reach (``running at end`` is not an end state but is not a violation).
@@ -98,6 +100,7 @@ END_STATES = (
     "skipped as overlap",
     "refused late",
     "skipped while paused",
+    "skipped as rescheduled",
     "interrupted by a newer slot",
     "out of attempts",
     "unconfirmed, lost in a failover",
@@ -176,7 +179,7 @@ class Delays:
 #: The effects that make a run meaningful: without each of them it proved nothing.
 REQUIRED_EFFECTS = (
     "takeovers", "refused_heartbeats", "refused_late_claims", "paused_claims", "manual_runs", "timeouts",
-    "timeouts_ignored", "retried_tries",
+    "timeouts_ignored", "retried_tries", "stale_claims", "stored_job_runs",
 )  # fmt: skip
 
 
@@ -210,7 +213,8 @@ class Report:
     @property
     def effective(self) -> bool:
         """True when the run showed takeovers, refused heartbeats, refused late claims, claims
-        answered ``paused``, won manual runs, timeouts (some ignored for a while) and retried tries."""
+        answered ``paused``, won manual runs, timeouts (some ignored for a while), retried tries,
+        claims answered ``stale`` and runs of stored jobs."""
         return not self.missing_effects
 
     @property
