@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Tuple
 
+from .announcements import InUse
 from .errors import ConfigError
 from .options import JobOptions, resolve_options
 from .schedules import Schedule, ScheduleSpec, make_schedule
@@ -23,7 +24,7 @@ from .stored import StoredSchedule, schedule_spec
 
 __all__ = [
     "Job", "Task", "make_job", "make_task", "job_name", "job_schedule", "job_decorator", "effective_job",
-    "check_kwargs",
+    "check_kwargs", "shown_schedule",
 ]  # fmt: skip
 
 Handler = Callable[..., Any]
@@ -109,6 +110,48 @@ def effective_job(
     func: Handler = functools.partial(task.func, **record.kwargs) if record.kwargs else task.func
     return Job(name, func, job_schedule(name, spec, options.tz), options, task.takes_context, record.version,
                record.source)  # fmt: skip
+
+
+def shown_schedule(
+    code: Optional[Job],
+    record: Optional[StoredSchedule],
+    defaults: Optional[Mapping[str, Any]],
+    announced: Optional[InUse] = None,
+) -> Tuple[Optional[Schedule], Optional[JobOptions]]:
+    """The schedule and options of what runs under a name, as an operator's tool can tell from
+    outside an instance (``leasecron jobs``, the dashboard), decided as an instance decides it
+    (:func:`effective_job`): ``code`` is the app's job of that name (``--app``), ``record`` the
+    store's record, ``defaults`` the app's job defaults (None: no app given); without the app's
+    job, ``announced`` is the schedule the live instances give the name in their code (their
+    announcements, the most used). A stored job never takes a code job's name; an override or a
+    stored job is read in its stored ``tz``, else in the job's zone (an override) or the app's
+    default zone (a stored job). The schedule is None when it cannot be told: a cron string
+    stored without a zone and no job or app to take one from, or a zone this host does not know."""
+    in_code = code.schedule if code is not None else None
+    code_tz = code.options.tz if code is not None else None
+    if code is None and announced is not None:
+        try:
+            in_code, code_tz = make_schedule(schedule_spec(announced.schedule), announced.tz), announced.tz
+        except ConfigError:  # announced by an instance whose host knows more zones, or a newer release
+            code_tz = announced.tz
+    if record is None or not record.active or (code_tz is not None and record.source == ScheduleSource.STORED):
+        return in_code, code.options if code is not None else None
+    assert record.schedule is not None
+    spec = schedule_spec(record.schedule)
+    options = code.options if code is not None else None
+    zone = record.tz or code_tz
+    if record.source == ScheduleSource.STORED and defaults is not None:
+        zone = record.tz or defaults.get("tz", "UTC")
+        try:
+            options = resolve_options(defaults, {**record.options, "tz": zone}, record.job)
+        except ConfigError:  # the instances skip it with a WARNING line: no options to show
+            options = None
+    if zone is None and isinstance(spec, str):
+        return None, options
+    try:
+        return make_schedule(spec, zone or "UTC"), options
+    except ConfigError:  # a zone this host does not know: the instances may
+        return None, options
 
 
 def make_job(

@@ -29,7 +29,8 @@ from ..cron import LeaseCron
 from .targets import load_cron
 from ..stores import Store, open_store
 from ..stores.checks import MAX_RECENT_JOBS
-from .tables import JobRow, job_dict, jobs_lines, runs_lines, scheduled
+from ..jobs import shown_schedule
+from .tables import JobRow, job_dict, jobs_lines, runs_lines
 
 __all__ = [
     "CHECK_PROBE_JOB",
@@ -174,7 +175,7 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
     rows = []
     for name, runs in runs_of.items():
         job, uses = registered.get(name), in_use.get(name, ())
-        schedule, options = scheduled(job, records.get(name), defaults, uses[0] if uses else None)
+        schedule, options = shown_schedule(job, records.get(name), defaults, uses[0] if uses else None)
         rows.append(
             JobRow(
                 name=name,

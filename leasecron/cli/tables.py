@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..announcements import InUse
 from ..controls import JobState, ManualRequest
@@ -28,13 +28,11 @@ from ..formatting import (
     utc_text,
     utc_time,
 )
-from ..errors import ConfigError
-from ..jobs import Job
-from ..options import JobOptions, resolve_options
+from ..options import JobOptions
 from ..runs import Run
-from ..schedules import Schedule, make_schedule
+from ..schedules import Schedule
 from ..states import ScheduleSource, Status
-from ..stored import StoredSchedule, schedule_spec
+from ..stored import StoredSchedule
 
 __all__ = [
     "JobRow",
@@ -44,7 +42,6 @@ __all__ = [
     "limit_lines",
     "request_line",
     "runs_lines",
-    "scheduled",
     "state_lines",
     "stored_lines",
 ]
@@ -137,40 +134,6 @@ class JobRow:
     options: Optional[JobOptions] = None
     record: Optional[StoredSchedule] = None
     in_use: Tuple[InUse, ...] = ()
-
-
-def scheduled(
-    code: Optional[Job],
-    record: Optional[StoredSchedule],
-    defaults: Optional[Mapping[str, Any]],
-    announced: Optional[InUse] = None,
-) -> Tuple[Optional[Schedule], Optional[JobOptions]]:
-    """The schedule and options of what runs under a name, as an instance decides it
-    (:func:`~leasecron.jobs.effective_job`): ``code`` is the app's job of that name, ``record``
-    the store's record, ``defaults`` the app's job defaults (None: no app given); without the
-    app's job, ``announced`` is the schedule the live instances give it in their code. A stored
-    job never takes a code job's name; an ``override`` or a stored job is read in its stored
-    ``tz``, else in the job's zone: without it, a cron string stored without a zone has no known
-    schedule (None)."""
-    in_code = code.schedule if code is not None else None
-    code_tz = code.options.tz if code is not None else None
-    if code is None and announced is not None:
-        in_code, code_tz = make_schedule(schedule_spec(announced.schedule), announced.tz), announced.tz
-    if record is None or not record.active or (in_code is not None and record.source == ScheduleSource.STORED):
-        return in_code, code.options if code is not None else None
-    assert record.schedule is not None
-    spec = schedule_spec(record.schedule)
-    options = code.options if code is not None else None
-    zone = record.tz or code_tz
-    if record.source == ScheduleSource.STORED and defaults is not None:
-        zone = record.tz or defaults.get("tz", "UTC")
-        try:
-            options = resolve_options(defaults, {**record.options, "tz": zone}, record.job)
-        except ConfigError:  # the instances skip it with a WARNING line: no options to show
-            options = None
-    if zone is None and isinstance(spec, str):
-        return None, options
-    return make_schedule(spec, zone or "UTC"), options
 
 
 JOBS_HEADERS = [
