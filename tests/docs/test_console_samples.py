@@ -30,6 +30,7 @@ from typing import Callable, ContextManager, Dict, Iterator, List, Set, Tuple
 import pytest
 
 from leasecron import Context, LeaseCron, Run, Store, open_store
+from leasecron.announcements import announcement_of
 from leasecron.cli import build_parser
 from tests.docs.readme_examples import DOCS, README, ROOT
 from tests.docs.samples import assert_shows, inline_literals, joined_options, literal_blocks, sessions
@@ -132,10 +133,27 @@ def schedules_story(tmp_path: Path) -> Iterator[Dict[str, str]]:
     yield {}
 
 
+@contextmanager
+def instances_story(tmp_path: Path) -> Iterator[Dict[str, str]]:
+    """docs/operating.rst's ``instances``: web-1-4242 and web-2-977 announced themselves (the same
+    code: ``report`` every 5 minutes, ``tick`` every 30 s, the task ``send_report``), web-1 first.
+    The page's Redis URL stands for the story's SQLite file."""
+    url = f"sqlite:///{tmp_path / 'leasecron.db'}"
+    jobs = [("report", "*/5 * * * *", "UTC"), ("tick", "30", "UTC")]
+    with open_store(url) as store:
+        for runner, host, pid in (("web-1-4242", "web-1", 4242), ("web-2-977", "web-2", 977)):
+            store.announce(announcement_of(runner, host, pid, "0.3.0", jobs, ["send_report"]))
+            started = store.now_ms()
+            while store.now_ms() == started:  # the second starts later
+                pass
+    yield {"redis://cache:6379/0": url}
+
+
 #: (page, the first command of a session) -> the story its store must tell.
 STORIES: Dict[Tuple[str, str], Story] = {
     ("operating.rst", "leasecron runs redis://redis.internal:6379/0"): runs_story,
     ("operating.rst", "leasecron jobs --app tasks:cron"): jobs_story,
+    ("operating.rst", "leasecron instances redis://cache:6379/0"): instances_story,
     ("usage.rst", 'leasecron pause sqlite:///leasecron.db report --note "vendor API down"'): controls_story,
     ("schedules.rst", 'leasecron reschedule sqlite:///leasecron.db report "*/10 * * * *" --tz Europe/Berlin'):
         schedules_story,
