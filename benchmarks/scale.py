@@ -395,13 +395,20 @@ def measure_in_child(n: int, args: argparse.Namespace, tmp: str) -> Result:
         "--store", args.store,
         "--tmp", tmp,
     ]  # fmt: skip
+    return json_from_child(cmd, args.seconds + 600, f"configuration with {n} jobs")
+
+
+def json_from_child(cmd: List[str], timeout_s: float, what: str) -> Result:
+    """Run ``cmd`` (a child that exits when its stdin closes: :func:`exit_when_parent_goes`) and
+    read the JSON line it printed last; the child is killed on any exit, SystemExit naming
+    ``what`` if it failed."""
     # stdin stays open (the child exits when it closes), so no communicate(): a thread reads stdout
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
     chunks: List[bytes] = []
     reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read() if proc.stdout else b""), daemon=True)
     reader.start()
     try:
-        proc.wait(timeout=args.seconds + 600)
+        proc.wait(timeout=timeout_s)
         reader.join(10)
         out = b"".join(chunks)
     finally:
@@ -411,7 +418,7 @@ def measure_in_child(n: int, args: argparse.Namespace, tmp: str) -> Result:
         if proc.stdin is not None:
             proc.stdin.close()
     if proc.returncode != 0:
-        raise SystemExit(f"configuration with {n} jobs failed (exit {proc.returncode})")
+        raise SystemExit(f"{what} failed (exit {proc.returncode})")
     result: Result = json.loads(out.decode().strip().splitlines()[-1])
     return result
 

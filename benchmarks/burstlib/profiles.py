@@ -23,8 +23,13 @@ from typing import Dict, List
 TOP = 12
 
 
-def print_profiles(directory: str, top: int = TOP) -> None:
-    """The top functions (by own time) of each kind of thread, all instances' threads added up."""
+#: What the profiles cover, as :func:`print_profiles` says by default (``burst.py``'s).
+WINDOW = "the instances' threads over the window (the burst and its backups' checks)"
+
+
+def print_profiles(directory: str, top: int = TOP, what: str = WINDOW) -> None:
+    """The top functions (by own time) of each kind of thread, all instances' threads added up;
+    ``what`` says whose threads, over what time."""
     files: Dict[str, List[str]] = defaultdict(list)
     for path in sorted(glob.glob(os.path.join(directory, "*.prof"))):
         kind = os.path.basename(path)[: -len(".prof")].split("-", 2)[2]
@@ -32,7 +37,7 @@ def print_profiles(directory: str, top: int = TOP) -> None:
     if not files:
         print(f"  profiles: none written in {directory}")
         return
-    print(f"  profiles of the instances' threads over the window (the burst and its backups' checks), in {directory}:")
+    print(f"  profiles of {what}, in {directory}:")
     for kind, paths in sorted(files.items()):
         stats = pstats.Stats(*paths)
         total = stats.total_tt  # type: ignore[attr-defined]
