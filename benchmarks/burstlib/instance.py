@@ -29,7 +29,10 @@ are set before it runs, in this process only:
   costs nothing there); what they counted from the opening of fire_lag's
   window (0.5 s before the measured slot) to the end is written to
   ``<dir>/<pid>-<n>-<kind>.prof``, where ``kind`` says which of leasecron's
-  threads it was (:func:`thread_kind`).
+  threads it was (:func:`thread_kind`);
+* with ``LEASECRON_BURST_STORED`` in its environment (``burst.py --stored``)
+  it registers a task instead of the jobs, which the parent stored
+  (``burstlib.stored``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from speedlib.counting import CallCounter
 
 from leasecron import Store
 from leasecron.stores.redis import RedisStore
+
+from .stored import STORED_ENV, register_task
 
 #: The environment variable that asks the instances for their threads' profiles.
 PROFILE_ENV = "LEASECRON_BURST_PROFILE"
@@ -179,6 +184,8 @@ def instance_main(argv: List[str]) -> int:
     warm-up's lead and the window's tail the parent chose (:data:`WARMUP_ENV`, :data:`TAIL_ENV`)
     and, if asked (:data:`PROFILE_ENV`), its threads profiled from the moment its window opens."""
     fire_lag.CallCounter = RoundTrips  # type: ignore[misc,assignment]  # the name instance_main looks up
+    if os.environ.get(STORED_ENV):  # before the tail's wrapper, which wraps it
+        fire_lag.register_jobs = register_task  # type: ignore[assignment]  # the name instance_main looks up
     if os.environ.get(WARMUP_ENV):
         fire_lag.BURST_WARMUP_S = int(os.environ[WARMUP_ENV])  # read by register_jobs and instance_main
     if os.environ.get(TAIL_ENV):
