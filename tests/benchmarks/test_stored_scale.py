@@ -20,23 +20,12 @@ import psycopg2
 import pytest
 import redis
 
-from tests.conftest import SERVERS
+from tests.benchmarks.test_speed import PollRuns  # its url(kind): sqlite, or the session's server
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 JOBS = 300
-
-
-def server_url(kind: str) -> str:
-    """``sqlite``, or the session's Redis or PostgreSQL URL."""
-    if kind == "redis":
-        host, port = SERVERS.redis()
-        return f"redis://{host}:{port}/0"
-    if kind == "postgresql":
-        host, port, dbname = SERVERS.postgres()
-        return f"postgresql://{host}:{port}/{dbname}"
-    return kind
 
 
 def run(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
@@ -73,7 +62,7 @@ def test_stored_scale_prints_every_figure_and_leaves_nothing_behind(kind: str, t
     """stored_scale.py --jobs 300: both put paths, the baseline's and the instance's start (every
     stored job's slot planned: the heap holds at least 300 entries), memory per job, the polls
     (each checked by the script: one change, then none), the targets; and its stores removed."""
-    url = server_url(kind)
+    url = PollRuns.url(kind)
     proc = run(tmp_path, "stored_scale.py", "--store", url, "--jobs", str(JOBS), "--put-job", "30",
                "--poll-rounds", "5")  # fmt: skip
     out = proc.stdout
