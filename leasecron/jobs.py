@@ -43,6 +43,9 @@ class Job:
     version: int = 0
     #: Where its schedule comes from: ``code``, an ``override`` or a ``stored`` job.
     source: str = ScheduleSource.CODE
+    #: When its schedule took effect, on the store's clock: the last change of its stored record
+    #: (0: the code's, never changed). Start-up catches up no slot before it.
+    since_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,24 +95,28 @@ def effective_job(
     if record is None or record.source == ScheduleSource.CODE:
         if code is None:
             return None
-        version = record.version if record is not None else 0
-        return code if code.version == version else dataclasses.replace(code, version=version)
+        version, since = (record.version, record.updated_ms) if record is not None else (0, 0)
+        if (code.version, code.since_ms) == (version, since):
+            return code
+        return dataclasses.replace(code, version=version, since_ms=since)
     assert record.schedule is not None
     spec = schedule_spec(record.schedule)
     if record.source == ScheduleSource.OVERRIDE:
         if code is None:
             return None
         sched = job_schedule(name, spec, record.tz or code.options.tz)
-        return dataclasses.replace(code, schedule=sched, version=record.version, source=record.source)
+        return dataclasses.replace(
+            code, schedule=sched, version=record.version, source=record.source, since_ms=record.updated_ms
+        )
     task = tasks.get(record.task or "")
     if code is not None:  # a stored job never takes a code job's name: the code's job runs, fenced by the version
-        return dataclasses.replace(code, version=record.version, source=ScheduleSource.CODE)
+        return dataclasses.replace(code, version=record.version, source=ScheduleSource.CODE, since_ms=record.updated_ms)
     if task is None:
         return None
     options = resolve_options(defaults, {**record.options, "tz": record.tz or defaults.get("tz", "UTC")}, name)
     func: Handler = functools.partial(task.func, **record.kwargs) if record.kwargs else task.func
     return Job(name, func, job_schedule(name, spec, options.tz), options, task.takes_context, record.version,
-               record.source)  # fmt: skip
+               record.source, record.updated_ms)  # fmt: skip
 
 
 def shown_schedule(

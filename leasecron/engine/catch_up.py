@@ -37,8 +37,9 @@ def plan_recovery(job: Job, unfinished: List[Run], now_ms: int) -> Recovery:
     A run whose lease is alive is backed up; one whose lease ended is claimed
     as its next attempt at once while it is still the job's latest slot (an
     ended run with a newer slot due is left alone: the next run replaces it).
-    The latest slot, if it was due less than ``catch_up_ms`` ago and is not
-    among those runs, is caught up.
+    The latest slot, if it was due less than ``catch_up_ms`` ago, not before the job's schedule
+    took effect (``since_ms``: a stored schedule's slots before it was stored were never its), and
+    is not among those runs, is caught up.
     """
     latest = job.schedule.at_or_before(now_ms)
     watch: List[Tuple[int, Optional[float]]] = []
@@ -49,7 +50,7 @@ def plan_recovery(job: Job, unfinished: List[Run], now_ms: int) -> Recovery:
             watch.append((run.slot_ms, 0))  # expired, still the latest: claim the next attempt now
     missed = latest is not None and all(run.slot_ms != latest for run in unfinished)
     catch_up_ms = job.options.catch_up_ms
-    if missed and catch_up_ms > 0 and latest is not None and now_ms - latest < catch_up_ms:
+    if missed and catch_up_ms > 0 and latest is not None and now_ms - latest < catch_up_ms and latest >= job.since_ms:
         return Recovery(tuple(watch), latest)
     return Recovery(tuple(watch))
 

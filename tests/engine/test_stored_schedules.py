@@ -205,3 +205,26 @@ def test_a_stored_job_under_a_code_jobs_name_leaves_the_code_job_running(
     assert events.of("skip") == []
     lines = [r.getMessage() for r in caplog.records if "skipping stored job 'tick'" in r.getMessage()]
     assert len(lines) == 1 and "the code's job runs here" in lines[0], lines
+
+
+def test_start_up_catches_up_no_slot_from_before_a_schedule_was_stored(make_cron: MakeCron) -> None:
+    """An instance starting with catch-up on: a code job on a 60 s interval catches up its latest
+    slot; a stored job on the same interval, put after that slot, does not (it was never its slot)."""
+    ran = Ran()
+    maker = make_cron("maker", poll_ms=POLL)
+    maker.task("send")(ran.add)
+    maker.put_job("stored-60", task="send", schedule=60)
+    latest = maker.store.now_ms() // 60_000 * 60_000
+    starter = make_cron("starter", poll_ms=POLL, catch_up_ms=120_000)
+    starter.add_job(ran.add, 60, name="code-60")
+    starter.task("send")(ran.add)
+    starter.start()
+    wait_for(lambda: latest in ran.of("code-60"), 10, message="the code job caught up its latest slot")
+    wait_for(
+        lambda: (
+            starter.store.get_run("code-60", latest) is not None and starter.store.get_run("code-60", latest).finished
+        ),
+        5,
+    )
+    assert latest not in ran.of("stored-60")
+    assert starter.store.get_run("stored-60", latest) is None
