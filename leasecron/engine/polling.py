@@ -89,7 +89,7 @@ class RequestPoller:
         else:
             if self._failing:
                 self._failing = False
-                log.info("leasecron: polled requests for manual runs again, runner %r", self._instance.runner)
+                log.info("leasecron: polled the store again, runner %r", self._instance.runner)
             self._claim_new(polled.requests)
             due = started + self._poll_s
         self._instance.timers.call_at_monotonic(due, self._instance.tasks.submit, self._poll)
@@ -135,11 +135,11 @@ class RequestPoller:
 
     def _failed(self, exc: BaseException) -> None:
         if self._failing:
-            log.debug("leasecron: cannot poll requests for manual runs, runner %r: %s", self._instance.runner, exc)
+            log.debug("leasecron: cannot poll the store, runner %r: %s", self._instance.runner, exc)
             return
         self._failing = True
         log.warning(
-            "leasecron: cannot poll requests for manual runs, runner %r: %s; polling again every %d ms",
+            "leasecron: cannot poll the store (manual runs, schedules), runner %r: %s; polling again every %d ms",
             self._instance.runner,
             exc,
             round(self._poll_s * 1000),
