@@ -25,6 +25,7 @@ import psycopg2.pool
 import pytest
 
 import leasecron
+from leasecron.announcements import Announcement
 from leasecron import ConfigError, StoreError, StoreUnavailable
 from leasecron.controls import JobState
 from leasecron.runs import Attempt
@@ -404,6 +405,11 @@ def test_every_operation_is_one_statement(schema: str) -> None:
         assert count("stale claim", lambda: store.claim(JOB, slot + 3, runner="r1")).outcome == "stale"
         assert count("schedule_changes", lambda: store.schedule_changes(0)).changes == (record,)
         assert count("poll", lambda: store.poll(0)).schedules.changes == (record,)
+        said = Announcement("web-1", "host", 7, "0.3.0")
+        assert count("announcing poll", lambda: store.poll(0, announce=said)).schedules.changes == (record,)
+        assert [i.runner for i in count("instances", lambda: store.instances())] == ["web-1"]
+        assert count("announce", lambda: store.announce(said)) is None
+        assert count("withdraw", lambda: store.withdraw("web-1")) is None
         assert counts == dict.fromkeys(counts, 1), counts
         conn = pool.getconn()
         try:

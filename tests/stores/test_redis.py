@@ -26,6 +26,7 @@ import redis.cluster
 import redis.connection
 
 import leasecron
+from leasecron.announcements import Announcement
 from leasecron import ConfigError, Run, Store, StoreError, StoreUnavailable
 from leasecron.controls import JobState
 from leasecron.runs import Attempt, slot_datetime
@@ -1205,6 +1206,11 @@ def test_stored_schedules_take_the_documented_round_trips(own_server: servers.Se
         assert changes.changes == (record,) and (sends, stats["evalsha"]) == (1, 1)
         polled, sends, stats = trip(lambda: store.poll(1))
         assert polled.schedules == changes and len(polled.requests) == 1 and (sends, stats["evalsha"]) == (1, 2)
+        said = Announcement("web-1", "host", 7, "0.3.0")
+        store.poll(1, announce=said)  # loads instances.lua
+        polled, sends, stats = trip(lambda: store.poll(1, announce=said))  # the announcement rides along
+        assert polled.schedules == changes and (sends, stats["evalsha"]) == (1, 3)
+        assert [i.runner for i in store.instances()] == ["web-1"]
         answer, sends, stats = trip(lambda: store.claim("job", slot, runner="r"))
         assert (answer.outcome, sends, stats["evalsha"]) == ("stale", 1, 1)
         answer, sends, stats = trip(lambda: store.claim("job", slot, runner="r", version=1))
