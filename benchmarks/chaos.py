@@ -19,8 +19,9 @@ PostgreSQL the nemesis promotes the standby, fences a frozen old primary and bri
 back as the standby from a fresh base backup, as a failover tool would), per-instance stalls,
 latency and connection resets, and partitions of every instance from the store
 (delaying or dropping); and an operator (``chaoslib.controls``) that pauses, resumes
-and triggers the jobs through the store at random (the instances poll for
-requests every 300 ms). The last lease + 5 s stay quiet; then every
+and triggers the jobs through the store at random, reschedules them and puts, replaces
+and deletes stored jobs (``chaoslib.schedules``; the instances poll for requests and
+schedule changes every 300 ms). The last lease + 5 s stay quiet; then every
 instance is stopped with SIGTERM, and the checker (``chaoslib.checker``)
 verifies the invariants from the instances' logs and the store's records.
 
@@ -31,8 +32,9 @@ directory (a new temporary one unless ``--workdir``), with the store's final
 runs in ``final_runs.json``. The exit code is 0 when no invariant was violated
 and the faults were effective (takeovers, refused heartbeats, refused late
 claims, claims answered paused, manual runs, timeouts, some of them ignored for
-a while, and retried tries all happened); 1 when a violation was found,
-the run proved nothing, or an instance exited on its own; 2 when the store's
+a while, retried tries, claims answered stale and runs of stored jobs all
+happened); 1 when a violation was found, the run proved nothing, or an instance
+exited on its own; 2 when the store's
 server binary is missing; 130 on Ctrl-C (everything the run started is
 stopped first).
 

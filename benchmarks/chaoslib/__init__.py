@@ -16,6 +16,8 @@ Layout (run from ``benchmarks/`` with ``PYTHONPATH=<repo>:<repo>/benchmarks``):
   stalls), each logged to ``nemesis.jsonl``;
 * ``controls.py`` — the operator: pauses, resumes and triggers jobs at random
   through the store's API, each call and answer logged to ``operator.jsonl``;
+* ``schedules.py`` — the operator's schedule changes: reschedules and resets the
+  code's jobs, puts, replaces and deletes stored jobs (``Store.set_schedule``);
 * ``instances.py`` — one instance process as the harness and nemesis handle it
   (incarnations, signals, whether it runs a handler);
 * ``harness.py`` — starts the store, the instances, the nemesis and the
