@@ -1,4 +1,5 @@
-"""The dashboard: every job and run of a store in a browser; pause, resume, trigger; schedules as data.
+"""The dashboard: every job and run of a store in a browser; pause, resume, trigger; schedules as
+data; the live instances.
 
 :func:`blueprint` mounts its pages and JSON API in a Flask app of your own (behind the app's own
 login, say): ``app.register_blueprint(blueprint(store, cron=cron), url_prefix="/cron")``;
@@ -26,6 +27,7 @@ from ...cron import LeaseCron
 from ...errors import ConfigError, StoreError
 from ...stores import Store
 from .api import add_api, error_json, is_api
+from .instances import add_instances
 from .links import CONVERTER, JobConverter
 from .schedule_routes import add_schedule_api, add_schedule_forms
 from .security import SECURITY_HEADERS, challenge, password_ok
@@ -92,6 +94,7 @@ def blueprint(
     add_schedule_forms(bp, settings)
     add_api(bp, settings)
     add_schedule_api(bp, settings)
+    add_instances(bp, settings)
     return bp
 
 

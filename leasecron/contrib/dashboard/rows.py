@@ -1,15 +1,18 @@
 """What the dashboard shows, read from the store in a fixed number of calls per page.
 
 The jobs page must stay fast with 10,000 jobs of 100 runs each, so it never asks the store once
-per job: a page of jobs is five calls (``now_ms``, ``jobs``, ``job_states``,
-``schedule_changes(0)`` for every stored schedule, and ``recent_runs`` for the jobs *on the
-page*, filtered and cut into pages first), a job's page four (``now_ms``, ``job_state``,
-``stored_schedule``, ``runs``), a run's two (``now_ms``, ``get_run``). The names are the union
-that ``leasecron jobs`` shows: jobs with runs, paused or with requests, with a stored schedule,
-and the jobs of the application's :class:`~leasecron.LeaseCron` when one is given. A job's
-schedule is the one its instances run (:func:`effective_schedule`): a stored override or stored
-job, else the code's (known with the app only). Everything here is plain data: :mod:`.views`
-renders it as HTML, :mod:`.api` as JSON.
+per job: a page of jobs is six calls (``now_ms``, ``jobs``, ``job_states``,
+``schedule_changes(0)`` for every stored schedule, ``instances`` for the live instances'
+announcements, and ``recent_runs`` for the jobs *on the page*, filtered and cut into pages
+first), a job's page five (``now_ms``, ``job_state``, ``stored_schedule``, ``instances``,
+``runs``), a run's two (``now_ms``, ``get_run``), the instances page two (``now_ms``,
+``instances``). The names are the union that ``leasecron jobs`` shows: jobs with runs, paused or
+with requests, with a stored schedule, registered in code by a live instance, and the jobs of
+the application's :class:`~leasecron.LeaseCron` when one is given. A job's schedule is the one
+its instances run, decided by :func:`leasecron.jobs.shown_schedule` as for ``leasecron jobs``: a
+stored override or stored job, else the code's (the app's, or the one the live instances
+announce, the most used). Everything here is plain data: :mod:`.views` renders it as HTML,
+:mod:`.api` as JSON.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ...announcements import InUse, schedules_in_use
 from ...controls import JobState
 from ...cron import LeaseCron
 from ...errors import ConfigError
 from ...formatting import format_schedule
+from ...jobs import shown_schedule
 from ...runs import Attempt, Run
-from ...schedules import Schedule, make_schedule
+from ...schedules import make_schedule
 from ...states import AttemptOutcome, ScheduleSource, Status
 from ...stored import StoredSchedule, schedule_spec
 from ...stores import Store
@@ -37,10 +42,10 @@ __all__ = [
     "MAX_PER_PAGE",
     "MAX_RUNS",
     "Bar",
+    "announced_text",
     "JobView",
     "JobsPage",
     "bars",
-    "effective_schedule",
     "job_dict",
     "live_dict",
     "live_runs",
@@ -122,8 +127,10 @@ def live_dict(run: Run, now_ms: int) -> Dict[str, object]:
 class JobView:
     """One job as the dashboard shows it: its state in the store (a plain unpaused state when the
     store keeps none), its newest runs (newest first), its schedule (as text) and next slot when
-    they are known (:func:`effective_schedule`), whether the application's cron registers it, and
-    what the store holds of its schedule (``record``, None when nothing was ever stored)."""
+    they are known (:func:`~leasecron.jobs.shown_schedule`), whether the application's cron
+    registers it, what the store holds of its schedule (``record``, None when nothing was ever
+    stored), and the schedules the live instances give it in their code (``in_use``, the most
+    used first: several while they disagree)."""
 
     name: str
     state: JobState
@@ -133,35 +140,51 @@ class JobView:
     next_ms: Optional[int] = None
     record: Optional[StoredSchedule] = None
     code_tz: Optional[str] = None
+    in_use: Tuple[InUse, ...] = ()
 
     def live(self, now_ms: int) -> List[Run]:
         """Its runs with a live lease."""
         return live_runs(self.runs, now_ms)
 
     @property
+    def in_code(self) -> bool:
+        """Whether it is a job of the code: the app's cron registers it, or a live instance does."""
+        return self.registered or bool(self.in_use)
+
+    @property
+    def disagreeing(self) -> bool:
+        """Whether the live instances give it different schedules in their code."""
+        return len(self.in_use) > 1
+
+    @property
     def stored(self) -> Optional[StoredSchedule]:
         """The record when the job's schedule comes from the store: an override, or a stored job
-        whose name the app does not register in code (a stored job never takes a code job's name)."""
+        whose name is no job of the code (a stored job never takes a code job's name)."""
         record = self.record
-        if record is None or not record.active or (record.source == ScheduleSource.STORED and self.registered):
+        if record is None or not record.active or (record.source == ScheduleSource.STORED and self.in_code):
             return None
         return record
 
     @property
     def source(self) -> Optional[str]:
         """Where its schedule comes from: ``override`` or ``stored`` (the store), ``code`` (a job of
-        the app), or None (nothing stored, and no app that registers it: unknown here)."""
+        the app, or one a live instance registers), or None (nothing stored, no app that registers
+        it and no live instance that does: unknown here)."""
         stored = self.stored
         if stored is not None:
             return stored.source
-        return str(ScheduleSource.CODE) if self.registered else None
+        return str(ScheduleSource.CODE) if self.in_code else None
 
     @property
     def tz(self) -> Optional[str]:
         """The stored zone of an override or stored job (None: the job's or the instances' own), or
-        the code job's zone."""
+        the code job's zone (the app's, else the most used one the live instances announce)."""
         stored = self.stored
-        return stored.tz if stored is not None else self.code_tz
+        if stored is not None:
+            return stored.tz
+        if self.code_tz is None and self.in_use:
+            return self.in_use[0].tz
+        return self.code_tz
 
     @property
     def version(self) -> int:
@@ -169,36 +192,26 @@ class JobView:
         return self.record.version if self.record is not None else 0
 
 
-def effective_schedule(name: str, record: Optional[StoredSchedule], cron: Optional[LeaseCron]) -> Optional[Schedule]:
-    """The schedule the instances run under ``name``, as far as the dashboard can tell: a stored
-    override or stored job in its stored zone, else in the code job's zone (an override) or the
-    app's default zone (a stored job); else the app's code job. None when unknown: no app, and a
-    cron string stored without a zone (an interval needs none)."""
-    code = cron.jobs.get(name) if cron is not None else None
-    if record is None or not record.active or (code is not None and record.source == ScheduleSource.STORED):
-        return code.schedule if code is not None else None
-    assert record.schedule is not None
-    spec = schedule_spec(record.schedule)
-    zone = record.tz
-    if zone is None and record.source == ScheduleSource.OVERRIDE and code is not None:
-        zone = code.options.tz
-    elif zone is None and record.source == ScheduleSource.STORED and cron is not None:
-        zone = cron._defaults.get("tz", "UTC")
-    if zone is None and isinstance(spec, str):
-        return None
+def announced_text(schedule: str, tz: str) -> str:
+    """A schedule as an instance announces it (a cron string, or an interval's seconds, and its
+    zone), written as the dashboard writes every schedule: ``0 9 * * 1-5 (Europe/Berlin)``,
+    ``every 1h 00m``; as it stands, with its zone, when this host cannot read it."""
     try:
-        return make_schedule(spec, zone or "UTC")
-    except ConfigError:  # a zone this host does not know: the instances may
-        return None
+        return format_schedule(make_schedule(schedule_spec(schedule), tz))
+    except ConfigError:  # a zone this host does not know, or a newer release's schedule
+        return f"{schedule} ({tz})"
 
 
 def _view(name: str, state: Optional[JobState], runs: Sequence[Run], cron: Optional[LeaseCron],
-          now_ms: int, record: Optional[StoredSchedule]) -> JobView:
+          now_ms: int, record: Optional[StoredSchedule], in_use: Tuple[InUse, ...]) -> JobView:
     job = cron.jobs.get(name) if cron is not None else None
-    schedule = effective_schedule(name, record, cron)
+    defaults = dict(cron._defaults) if cron is not None else None
+    schedule, _ = shown_schedule(job, record, defaults, in_use[0] if in_use else None)
     shown = format_schedule(schedule) if schedule is not None else None
     if shown is None and record is not None and record.active and record.schedule is not None:
         shown = record.schedule  # its text: the zone it runs in is each instance's
+    elif shown is None and in_use:
+        shown = in_use[0].schedule  # in a zone this host does not know: the instances do
     return JobView(
         name=name,
         state=state if state is not None else JobState(name),
@@ -208,6 +221,7 @@ def _view(name: str, state: Optional[JobState], runs: Sequence[Run], cron: Optio
         next_ms=schedule.next_after(now_ms) if schedule is not None else None,
         record=record,
         code_tz=job.options.tz if job is not None else None,
+        in_use=in_use,
     )
 
 
@@ -216,7 +230,9 @@ def job_dict(view: JobView, now_ms: int) -> Dict[str, object]:
     ``requests``), ``registered``, ``schedule``, ``tz``, ``source`` (``code``, ``override``,
     ``stored``; None when unknown), ``version``, ``stored_schedule`` (the store's record, as
     :meth:`~leasecron.StoredSchedule.to_dict`, or None), ``next_slot_ms``, ``runs`` (newest first,
-    as :meth:`~leasecron.Run.to_dict`) and ``live`` (:func:`live_dict`)."""
+    as :meth:`~leasecron.Run.to_dict`), ``live`` (:func:`live_dict`) and ``in_use`` (each
+    schedule the live instances give it in their code, ``{"schedule", "tz", "runners"}``, the
+    most used first; several while they disagree), as ``leasecron jobs --json`` gives them."""
     return {
         **view.state.to_dict(),
         "registered": view.registered,
@@ -228,6 +244,7 @@ def job_dict(view: JobView, now_ms: int) -> Dict[str, object]:
         "next_slot_ms": view.next_ms,
         "runs": [run.to_dict() for run in view.runs],
         "live": [live_dict(run, now_ms) for run in view.live(now_ms)],
+        "in_use": [dataclasses.asdict(use) for use in view.in_use],
     }
 
 
@@ -251,33 +268,37 @@ class JobsPage:
 
 def read_jobs_page(store: Store, cron: Optional[LeaseCron], page: int, per_page: int, q: str) -> JobsPage:
     """Page ``page`` of the jobs whose name contains ``q`` (ignoring case), sorted by name, with
-    their newest :data:`MARKS` runs and stored schedules: five store calls, whatever the number
-    of jobs."""
+    their newest :data:`MARKS` runs, stored schedules and the schedules the live instances
+    announce: six store calls, whatever the number of jobs."""
     now_ms = store.now_ms()
     states = {state.job: state for state in store.job_states()}
     records = {record.job: record for record in store.schedule_changes(0).changes}
+    in_use = schedules_in_use(store.instances())
     stored = {name for name, record in records.items() if record.active}
-    names = set(store.jobs()) | set(states) | stored | (set(cron.jobs) if cron is not None else set())
+    names = set(store.jobs()) | set(states) | stored | set(in_use) | (set(cron.jobs) if cron is not None else set())
     needle = q.casefold()
     chosen = sorted(name for name in names if needle in name.casefold())
     on_page = chosen[(page - 1) * per_page : page * per_page]
     runs: Dict[str, List[Run]] = store.recent_runs(on_page, MARKS) if on_page else {}
-    jobs = [_view(name, states.get(name), runs.get(name, []), cron, now_ms, records.get(name)) for name in on_page]
+    jobs = [_view(name, states.get(name), runs.get(name, []), cron, now_ms, records.get(name), in_use.get(name, ()))
+            for name in on_page]  # fmt: skip
     return JobsPage(now_ms, jobs, page, per_page, len(chosen), q)
 
 
 def read_job(store: Store, cron: Optional[LeaseCron], job: str, status: Optional[str],
              limit: int) -> Tuple[int, JobView]:
-    """The store's clock and ``job`` with its stored schedule and its newest ``limit`` runs (of
-    ``status`` only, when given: those among the newest :data:`MAX_RUNS`)."""
+    """The store's clock and ``job`` with its stored schedule, the schedules the live instances
+    give it in their code, and its newest ``limit`` runs (of ``status`` only, when given: those
+    among the newest :data:`MAX_RUNS`)."""
     now_ms = store.now_ms()
     state = store.job_state(job)
     record = store.stored_schedule(job)
+    in_use = schedules_in_use(store.instances()).get(job, ())
     if status is None:
         runs = store.runs(job, limit=limit)
     else:
         runs = [run for run in store.runs(job, limit=MAX_RUNS) if run.status == status][:limit]
-    return now_ms, _view(job, state, runs, cron, now_ms, record)
+    return now_ms, _view(job, state, runs, cron, now_ms, record, in_use)
 
 
 @dataclasses.dataclass(frozen=True)

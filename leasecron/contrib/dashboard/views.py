@@ -31,6 +31,7 @@ from .rows import (
     DEFAULT_RUNS,
     JobsPage,
     MAX_RUNS,
+    announced_text,
     bars,
     mark_status,
     paging,
@@ -105,6 +106,7 @@ HELPERS: Dict[str, Any] = {
     "bars": bars,
     "run_fields": run_fields,
     "as_json": as_json,
+    "announced": announced_text,
 }
 
 

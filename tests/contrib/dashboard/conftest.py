@@ -17,6 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from leasecron import Store
+from leasecron.announcements import LiveInstance
 from leasecron.contrib.dashboard import blueprint
 from leasecron.runs import Claim, Run
 from leasecron.stored import ScheduleChanges, StoredSchedule
@@ -25,6 +26,7 @@ from leasecron.stores.delegating import DelegatingStore
 from leasecron.controls import JobState
 from tests.conftest import BACKENDS, Backend
 from tests.helpers import wait_for
+from tests.test_cli_instances import started  # noqa: F401 - the fixture: the instances a test starts, stopped at its end
 from tests.contrib.dashboard.html import Node, parse
 
 PREFIX = "/cron"
@@ -192,6 +194,10 @@ class CountingStore(DelegatingStore):
     def _schedule_changes(self, since: int) -> ScheduleChanges:
         self.calls["schedule_changes"] += 1
         return super()._schedule_changes(since)
+
+    def _instances(self) -> List[LiveInstance]:
+        self.calls["instances"] += 1
+        return super()._instances()
 
 
 def many_jobs(store: Store, count: int, runner: str = "bulk") -> List[str]:

@@ -18,6 +18,7 @@ from typing import Any, List, Set, Tuple
 from urllib.parse import urlsplit
 
 from leasecron import LeaseCron, Store
+from leasecron.announcements import announcement_of
 from leasecron.contrib.dashboard import create_app
 from tests.contrib.dashboard.conftest import claim
 from tests.docs.readme_examples import DOCS
@@ -59,7 +60,8 @@ def keys_of(value: Any) -> Set[str]:
 
 
 def make_store(tmp_path: Path) -> Tuple[Store, LeaseCron]:
-    """A SQLite store with a running ``report`` and a failed ``nightly report``, and a cron registering both."""
+    """A SQLite store with a running ``report`` and a failed ``nightly report``, a cron registering
+    both, and a live instance ``web-1-4242`` that registers ``report`` and the task ``send_report``."""
     cron = LeaseCron(f"sqlite:///{tmp_path / 'leasecron.db'}", runner="web-1")
     for name in ("report", "nightly report"):
         cron.add_job(lambda: None, "*/5 * * * *", name=name)
@@ -68,15 +70,18 @@ def make_store(tmp_path: Path) -> Tuple[Store, LeaseCron]:
     claim(store, "report", slot, runner="web-1-4242")
     failed = claim(store, "nightly report", slot, runner="web-2")
     assert store.finish("nightly report", slot, failed.token, "failed", "KeyError: 'account'")
+    store.announce(announcement_of("web-1-4242", "web-1", 4242, "0.3.0", [("report", "*/5 * * * *", "UTC")],
+                                   ["send_report"]))  # fmt: skip
     return store, cron
 
 
 def test_every_curl_of_the_page_answers_with_the_keys_it_shows(tmp_path: Path) -> None:
-    """GET /api/jobs, a job's runs, pause, resume and trigger; a schedule overridden and reset; a
-    stored job put, listed, read and deleted: status 200, and the sample's keys are all in the real
-    answer (the page's resume shows no answer: it must still succeed)."""
+    """GET /api/jobs, a job's runs, pause, resume and trigger; the live instances; a schedule
+    overridden and reset; a stored job put, listed, read and deleted: status 200, and the
+    sample's keys are all in the real answer (the page's resume shows no answer: it must still
+    succeed)."""
     samples = curl_samples()
-    assert len(samples) == 11, samples
+    assert len(samples) == 12, samples
     store, cron = make_store(tmp_path)
     http = create_app(store, cron=cron).test_client()
     for args, sample in samples:

@@ -124,15 +124,16 @@ def test_pages_and_search_split_the_jobs(store: Store) -> None:
         assert bad.split("=")[0] in error.find("p", "error-message").text
 
 
-def test_a_page_of_10000_jobs_takes_five_store_calls() -> None:
-    """A jobs page is now_ms, jobs, job_states, schedule_changes (every stored schedule) and one
-    recent_runs for the jobs on it, whatever the number of jobs (10,000 here); so is the API's; a
-    job's page is four calls."""
+def test_a_page_of_10000_jobs_takes_six_store_calls() -> None:
+    """A jobs page is now_ms, jobs, job_states, schedule_changes (every stored schedule), instances
+    (the live instances' announcements) and one recent_runs for the jobs on it, whatever the
+    number of jobs (10,000 here); so is the API's; a job's page is five calls, the instances page
+    two."""
     inner = MemoryStore()
     names = many_jobs(inner, 10_000)
     store = CountingStore(inner)
     http = client(store)
-    expected = {"now_ms": 1, "jobs": 1, "job_states": 1, "schedule_changes": 1, "recent_runs": 1}
+    expected = {"now_ms": 1, "jobs": 1, "job_states": 1, "schedule_changes": 1, "instances": 1, "recent_runs": 1}
     for url, page_names in [
         (f"{PREFIX}/", names[:50]),
         (f"{PREFIX}/?page=200", names[9950:]),
@@ -150,7 +151,10 @@ def test_a_page_of_10000_jobs_takes_five_store_calls() -> None:
     assert dict(store.calls) == expected and store.recent == [names[300:350]]
     store.reset()
     get_page(http, f"{PREFIX}/jobs/job-00042")
-    assert dict(store.calls) == {"now_ms": 1, "job_state": 1, "stored_schedule": 1, "runs": 1}
+    assert dict(store.calls) == {"now_ms": 1, "job_state": 1, "stored_schedule": 1, "instances": 1, "runs": 1}
+    store.reset()
+    get_page(http, f"{PREFIX}/instances")
+    assert dict(store.calls) == {"now_ms": 1, "instances": 1}
 
 
 def test_job_page_shows_runs_with_attempt_timelines_filters_and_requests(store: Store) -> None:

@@ -148,7 +148,7 @@ def test_password_guards_every_page_endpoint_and_file(store: Store, monkeypatch:
     http = client(store, password="pa55 wörd")
     urls = [f"{PREFIX}/", f"{PREFIX}/jobs/etl", f"{PREFIX}/job?job=etl", f"{PREFIX}/api/jobs",
             f"{PREFIX}/api/jobs/etl/runs", f"{PREFIX}/static/dashboard.js", f"{PREFIX}/static/dashboard.css",
-            f"{PREFIX}/jobs/etl/runs/{store.runs('etl')[0].slot_ms}"]
+            f"{PREFIX}/jobs/etl/runs/{store.runs('etl')[0].slot_ms}", f"{PREFIX}/instances", f"{PREFIX}/api/instances"]
     posts = [f"{PREFIX}/jobs/etl/{a}" for a in ACTIONS] + [f"{PREFIX}/api/jobs/etl/{a}" for a in ACTIONS]
     for headers in [{}, basic("admin", "wrong"), basic("admin", "pa55 wörd "), basic("", ""),
                     {"Authorization": "Bearer pa55 wörd"}]:
