@@ -7,7 +7,7 @@ and in the store the instances share. Every wait is a deadline on a condition
 read with one script call returning plain values, so a live refresh of the page between two
 reads never leaves the test holding a stale element.
 
-The screenshots of the three pages in ``docs/_static`` are checked to be current by
+The screenshots of the four pages in ``docs/_static`` are checked to be current by
 :func:`test_screenshots_are_current`; its docstring says how.
 """
 
@@ -330,18 +330,19 @@ def png_size(data: bytes) -> Tuple[int, int]:
 
 
 def pages(site: Site) -> Sequence[Tuple[str, str, Tuple[str, ...]]]:
-    """The three pages to show: (name, path, the CSS selectors of what the page must show first)."""
+    """The four pages to show: (name, path, the CSS selectors of what the page must show first)."""
     failed = wait_for(lambda: next((r for r in site.runs("flaky", 10) if r.status == "failed"), None),
                       timeout=10, message="no failed run of 'flaky'")  # fmt: skip
     return (
         ("jobs", "/", ("tr.job td.marks a.mark", "tr.job.paused td.pause .note", "tr.job td.live span.live-run")),
         ("job", job_path("long"), ("section.run ol.timeline li.attempt",)),
         ("run", f"{job_path('flaky')}/runs/{failed.slot_ms}", ("table.attempts tr.attempt", "pre.error")),
+        ("instances", "/instances", ("tr.instance td.registers li.job", "tr.instance td.registers li.task")),
     )
 
 
 def test_screenshots_are_current(site: Site, browser: "WebDriver", tmp_path: Path) -> None:
-    """The docs' screenshots of the three pages exist and were made from the current templates.
+    """The docs' screenshots of the four pages exist and were made from the current templates.
 
     Pixels change with every run (times, marks), so they are not compared. Instead: each page is
     drawn and shot here (into ``tmp_path``); ``LEASECRON_UPDATE_SCREENSHOTS=1`` copies the shots
