@@ -47,6 +47,7 @@ __all__ = [
     "StoredJob",
     "StoredSchedule",
     "check_schedule_fields",
+    "parse_json_object",
     "schedule_spec",
     "schedule_text",
 ]
@@ -160,6 +161,19 @@ def schedule_text(spec: ScheduleSpec) -> str:
 def schedule_spec(text: str) -> ScheduleSpec:
     """The schedule a stored text stands for: seconds (a float) for a plain number, else the cron string."""
     return float(text) if _NUMBER.fullmatch(text) else text
+
+
+def parse_json_object(what: str, text: str, example: str) -> Dict[str, Any]:
+    """``text`` (a command's ``--kwargs``, a form's field) read as a JSON object; else
+    :class:`~leasecron.ConfigError` naming ``what`` and showing ``example``. What it holds is
+    checked with the job (:func:`check_schedule_fields`)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{what} must be a JSON object, such as {example}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a JSON object, such as {example}, not {text.strip()[:80]!r}")
+    return value
 
 
 def _json_object(what: str, value: object) -> Dict[str, Any]:

@@ -21,7 +21,7 @@ from ..formatting import utc_time
 from ..options import resolve_options
 from ..schedules import ScheduleSpec
 from ..states import ScheduleSource
-from ..stored import StoredSchedule, check_schedule_fields, schedule_spec
+from ..stored import StoredSchedule, check_schedule_fields, parse_json_object, schedule_spec
 from ..stores import Store
 from .controls import actor, existing_store, print_lines, unknown_job_warning, warn
 
@@ -46,15 +46,7 @@ def schedule_arg(expr: str) -> ScheduleSpec:
 
 def parse_kwargs(text: Optional[str]) -> Optional[Dict[str, Any]]:
     """``--kwargs JSON``: a JSON object (None when not given); :class:`~leasecron.ConfigError` otherwise."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"--kwargs must be a JSON object, such as '{{\"team\": 3}}': {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"--kwargs must be a JSON object, such as '{{\"team\": 3}}', not {text!r}")
-    return value
+    return None if text is None else parse_json_object("--kwargs", text, "'{\"team\": 3}'")
 
 
 def parse_options(items: Sequence[str]) -> Dict[str, Any]:

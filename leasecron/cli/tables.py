@@ -226,9 +226,10 @@ def stored_lines(rows: Sequence[JobRow], now_ms: int) -> List[str]:
 
 def _stored_source(row: JobRow) -> Optional[StoredSchedule]:
     """The row's record when its schedule comes from the store: an override, or a stored job whose
-    name no job of the app registers in code (else the code's job runs)."""
+    name no job of the app or of a live instance registers in code (else the code's job runs)."""
     record = row.record
-    if record is None or not record.active or (record.source == ScheduleSource.STORED and row.registered):
+    in_code = row.registered or bool(row.in_use)
+    if record is None or not record.active or (record.source == ScheduleSource.STORED and in_code):
         return None
     return record
 

@@ -28,7 +28,7 @@ from ...jobs import check_kwargs
 from ...options import resolve_options
 from ...schedules import ScheduleSpec
 from ...states import ScheduleSource
-from ...stored import StoredJob, StoredSchedule, check_schedule_fields, schedule_spec
+from ...stored import StoredJob, StoredSchedule, check_schedule_fields, parse_json_object, schedule_spec
 from .actions import check_writable
 from .settings import DashboardError, Settings
 
@@ -189,12 +189,4 @@ def form_schedule(text: str) -> ScheduleSpec:
 def form_object(field: str, text: str) -> Optional[Dict[str, Any]]:
     """A form's ``kwargs`` or ``options`` field: a JSON object (as the API takes them), or
     nothing (empty). What it holds is checked with the job."""
-    if not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"{field} must be a JSON object, such as {EXAMPLES[field]}: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{field} must be a JSON object, such as {EXAMPLES[field]}, not {text.strip()[:80]!r}")
-    return value
+    return parse_json_object(field, text, EXAMPLES[field]) if text.strip() else None
