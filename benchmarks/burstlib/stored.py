@@ -12,9 +12,9 @@ Their claims carry the stored version (rule 23); the targets, and what counts
 as a slot run once, are the same.
 
 * :func:`stored_jobs` (the parent): ``fire_lag.Instances.send`` stores the
-  jobs before it sends the first slot; on Redis and Valkey the changelog of
-  stored schedules, which no job's keys hold, is deleted at the end (the
-  jobs' keys, their schedule's among them, are ``fire_lag``'s to delete);
+  jobs before it sends the first slot; on Redis and Valkey each job's
+  schedule key and the changelog of stored schedules are deleted at the end
+  (``fire_lag`` deletes the keys of the jobs' runs);
 * :func:`register_task` (the instance): ``fire_lag.register_jobs``'s
   stand-in, set by ``burstlib.instance`` when :data:`STORED_ENV` is in its
   environment.
@@ -32,7 +32,7 @@ import fire_lag
 from leasecron import LeaseCron, Store
 from leasecron.options import resolve_options
 from leasecron.stores.redis import RedisStore
-from leasecron.stores.redis_scripts import changelog_keys
+from leasecron.stores.redis_scripts import changelog_keys, schedule_key
 
 #: The environment variable that tells the instances their jobs are stored jobs.
 STORED_ENV = "LEASECRON_BURST_STORED"
@@ -84,7 +84,10 @@ def stored_jobs(store: Store, names: List[str]) -> Iterator[Dict[str, Any]]:
     finally:
         fire_lag.Instances.send = send  # type: ignore[method-assign]
         if isinstance(store, RedisStore):
-            store.client.delete(*changelog_keys(store.prefix))
+            pipe = store.client.pipeline(transaction=False)  # one key per DEL: keys of many cluster slots
+            for key in [*changelog_keys(store.prefix), *(schedule_key(store.prefix, name) for name in names)]:
+                pipe.delete(key)
+            pipe.execute()
 
 
 def register_task(cron: LeaseCron, recorder: Any, args: Any, first_ms: int) -> int:

@@ -79,11 +79,14 @@ def test_stored_scale_prints_every_figure_and_leaves_nothing_behind(kind: str, t
         assert_gone(kind, url, sorted(set(names)))
 
 
-def test_burst_stored_runs_each_stored_jobs_slot_once(tmp_path: Path) -> None:
-    """burst.py --stored --jobs 100 on SQLite: the jobs are stored by the script, each of the 100
-    slots (and the warm-up's) ran exactly once on the 3 instances, as the store recorded it."""
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_burst_stored_runs_each_stored_jobs_slot_once(kind: str, tmp_path: Path) -> None:
+    """burst.py --stored --jobs 100: the jobs are stored by the script, each of the 100 slots (and
+    the warm-up's) ran exactly once on the 3 instances, as the store recorded it; on Redis no key
+    is left under the run's prefix (the jobs' schedules and the changelog included)."""
     out = tmp_path / "burst.json"
-    proc = run(tmp_path, "burst.py", "--stored", "--jobs", "100", "--store", "sqlite", "--json", str(out))
+    extra = ["--redis-url", PollRuns.url(kind)] if kind == "redis" else []
+    proc = run(tmp_path, "burst.py", "--stored", "--jobs", "100", "--store", kind, "--json", str(out), *extra)
     document = json.loads(out.read_text())
     assert document["stored"] is True and (document["jobs"], document["instances"]) == (100, 3)
     [fig] = document["stores"]
@@ -93,3 +96,7 @@ def test_burst_stored_runs_each_stored_jobs_slot_once(tmp_path: Path) -> None:
     assert once["store_records"] == {"success at attempt 1": 100} and once["met"], once
     assert fig["warmup"]["once"] == fig["warmup"]["due"] == 100, fig["warmup"]
     assert re.search(r"the 100 jobs are stored jobs of task 'burst'", proc.stdout), proc.stdout
+    if kind == "redis":
+        prefix = re.search(r"prefix (leasecron_burst_\d+)", fig["where"])
+        assert prefix, fig["where"]
+        assert_gone(kind, PollRuns.url(kind), [prefix.group(1)])
