@@ -6,7 +6,8 @@ waiting for both replicas) and a PostgreSQL primary with a synchronous standby
 (``postgresql-standby``: the nemesis promotes the standby, fences and rejoins the old
 primary), :func:`chaoslib.harness.run` starts its own store,
 five instances (lease 2000 ms, heartbeat 500 ms, poll 300 ms), the nemesis and
-the operator (pauses, resumes, triggers) with a fixed seed for about 60 s
+the operator (pauses, resumes, triggers; reschedules code jobs and puts, replaces and
+deletes stored jobs) with a fixed seed for about 60 s
 (``LEASECRON_CHAOS_SECONDS`` changes it), then the checker judges the logs and
 the store's records. The test fails on any violated invariant, on a run whose
 faults were not effective (no takeover, refused heartbeat, refused late claim,
