@@ -1,0 +1,1 @@
+"""The test project's app: a model, and a ``cron.py`` whose job and task use it."""
