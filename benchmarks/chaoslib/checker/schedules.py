@@ -155,8 +155,12 @@ def check_fenced(model: Model, changes: Dict[str, List[Change]], inv: InvariantR
             continue
         logged.add((job, claim.get("slot_ms")))
         newer = [c for c in answered if c.version is not None and c.version > version]
-        late = [c for c in newer if c.updated_ms is not None and started > c.updated_ms]
-        if late and model.clock_stepped(min(c.sent_ns for c in late), claim["t1_mono_ns"]):
+        # a claim answered before the change was sent started its run before it, whatever the clocks say
+        late = [
+            c for c in newer
+            if c.updated_ms is not None and started > c.updated_ms and claim["t1_mono_ns"] >= c.sent_ns
+        ]  # fmt: skip
+        if late and any(model.clock_stepped(*sorted((c.sent_ns, claim["t1_mono_ns"]))) for c in late):
             inv.skipped += 1  # the store's clock jumped between them: its times do not order them
             continue
         inv.checked += 1
