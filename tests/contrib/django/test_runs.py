@@ -107,9 +107,7 @@ def test_a_connection_older_than_conn_max_age_is_closed_before_the_next_run(
     wait_for(lambda: first["backend"] not in postgres.backends(), timeout=5)
 
 
-def test_a_connection_the_server_closed_between_runs_is_replaced(
-    project: Project, postgres: PostgresDatabase
-) -> None:
+def test_a_connection_the_server_closed_between_runs_is_replaced(project: Project, postgres: PostgresDatabase) -> None:
     """CONN_MAX_AGE None (persistent) with CONN_HEALTH_CHECKS: the connection stays open between
     runs; when the server ends it between two runs, the next run on the same thread still works,
     on a new connection (close_old_connections resets Django's health check for the run), run
@@ -124,3 +122,38 @@ def test_a_connection_the_server_closed_between_runs_is_replaced(
         assert row["thread"] == previous["thread"] and row["was_open"] is True, "the run began on the dead connection"
         assert row["backend"] != previous["backend"]
         previous = row
+
+
+#: Run by the project's shell: an async handler wrapped as the project's cron wraps it, whose ORM
+#: thread (sync_to_async's) opens a connection; prints whether that thread held one before and after.
+ASYNC_RUN = """
+import asyncio, json
+from asgiref.sync import sync_to_async
+from django.db import connection
+from leasecron.contrib.django import cron
+from leasecron.contrib.django.project import around_run
+seen = {}
+def held(): return connection.connection is not None
+def query(): connection.ensure_connection()
+async def handler():
+    seen["at_start"] = await sync_to_async(held)()
+    await sync_to_async(query)()
+    seen["during"] = await sync_to_async(held)()
+asyncio.run(around_run(handler)())
+seen["after"] = asyncio.run(sync_to_async(held)())
+print(json.dumps(seen))
+"""
+
+
+def test_an_async_handler_gets_the_closes_in_the_thread_of_its_orm_calls(project: Project) -> None:
+    """An async def handler: close_old_connections runs through sync_to_async, in the thread where
+    its ORM calls run: with CONN_MAX_AGE 0 its connection is closed after it, with None it stays."""
+    project.migrate()
+    project.set({"STORE": "memory://"}, SHOP_CONN_MAX_AGE="0")
+    assert json.loads(project.ok("shell", "-v", "0", "-c", ASYNC_RUN)) == {
+        "at_start": False, "during": True, "after": False,
+    }  # fmt: skip
+    project.set({"STORE": "memory://"}, SHOP_CONN_MAX_AGE="none")
+    assert json.loads(project.ok("shell", "-v", "0", "-c", ASYNC_RUN)) == {
+        "at_start": False, "during": True, "after": True,
+    }  # fmt: skip
