@@ -125,7 +125,8 @@ class StoredJobs:
 
     def _build(self, name: str, record: Optional[StoredSchedule]) -> Optional[Job]:
         """:func:`~leasecron.jobs.effective_job` of ``name``; a stored job like one built before (the
-        same schedule, zone, task and options) is that one with its own name, version and kwargs."""
+        same schedule, zone, task and options) is that one with its own name, version, kwargs and
+        ``since_ms`` (every field of a stored job that is the record's own, not its schedule's)."""
         code = self._code.get(name)
         task = self._tasks.get(record.task or "") if record is not None else None
         if code is not None or task is None or record is None or record.source != ScheduleSource.STORED:
@@ -140,7 +141,7 @@ class StoredJobs:
                 self._shared[key] = job
             return job
         func = functools.partial(task.func, **record.kwargs) if record.kwargs else task.func
-        return dataclasses.replace(like, name=name, func=func, version=record.version)
+        return dataclasses.replace(like, name=name, func=func, version=record.version, since_ms=record.updated_ms)
 
     def _warn(self, record: Optional[StoredSchedule], why: str) -> None:
         if record is None or (record.job, record.version) in self._warned:

@@ -8,8 +8,10 @@ The records are a real store's (a ``MemoryStore``'s ``set_schedule``), read with
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any, Dict, List
+import time
+from typing import Any, Dict
 
 import pytest
 
@@ -38,13 +40,18 @@ def built(store: MemoryStore, defaults: Dict[str, Any] = {}) -> StoredJobs:  # n
     return jobs
 
 
-def fields(job: Job) -> List[Any]:
-    """What a job is, its handler's keyword arguments in place of the handler."""
-    func = job.func
-    kwargs = func.keywords if isinstance(func, functools.partial) else {}
-    base = func.func if isinstance(func, functools.partial) else func
-    return [job.name, job.schedule.expression, job.schedule.tz, job.options, job.takes_context, job.version,  # type: ignore[attr-defined]
-            job.source, base, kwargs]  # fmt: skip
+def fields(job: Job) -> Dict[str, Any]:
+    """Every field of a job (a new field of Job too), the schedule as its expression and zone and
+    the handler as its function and keyword arguments."""
+    out: Dict[str, Any] = {}
+    for field in dataclasses.fields(job):
+        value = getattr(job, field.name)
+        if field.name == "schedule":
+            value = (value.expression, value.tz)
+        elif field.name == "func":
+            value = (value.func, value.keywords) if isinstance(value, functools.partial) else (value, {})
+        out[field.name] = value
+    return out
 
 
 def test_jobs_of_one_schedule_share_it_and_keep_their_own_name_version_and_kwargs() -> None:
@@ -52,6 +59,7 @@ def test_jobs_of_one_schedule_share_it_and_keep_their_own_name_version_and_kwarg
     for team in range(3):
         store.set_schedule(f"report-{team}", by="t", schedule="0 9 * * 1-5", tz="Europe/Berlin", task="send",
                            kwargs={"team": team} if team else None)  # fmt: skip
+    time.sleep(0.005)  # a later change: its record's updated_ms differs from the first job's
     store.set_schedule("report-1", by="t", schedule="0 9 * * 1-5", tz="Europe/Berlin", task="send", kwargs={"team": 1})
     jobs = built(store)
     a, b, c = (jobs.job(f"report-{team}") for team in range(3))
@@ -62,6 +70,7 @@ def test_jobs_of_one_schedule_share_it_and_keep_their_own_name_version_and_kwarg
     assert a.func is send and b.func.keywords == {"team": 1} and c.func.keywords == {"team": 2}  # type: ignore[attr-defined]
     by_name = records(store)
     tasks = {"send": make_task(send, "send")}
+    assert by_name["report-1"].updated_ms > by_name["report-0"].updated_ms
     for job in (a, b, c):
         made = effective_job(job.name, None, by_name[job.name], tasks, {})
         assert made is not None and fields(job) == fields(made)
