@@ -31,7 +31,9 @@ _SECOND = timedelta(seconds=1)
 #: The next slots computed, by (expression, zone, second): a pure function of them, shared by
 #: every job with that schedule (1,000 jobs due at one second compute their next slot once).
 _NEXT: Dict[Tuple[str, str, int], int] = {}
-#: Past this many, the cache starts again.
+#: The latest slots at or before a second, kept the same way (None: no slot that early).
+_LATEST: Dict[Tuple[str, str, int], Optional[int]] = {}
+#: Past this many, a cache starts again.
 _NEXT_KEPT = 4096
 #: The fields of a cron string, in croniter's order (seconds sixth, year seventh).
 _CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week", "second", "year")
@@ -87,12 +89,21 @@ class CronSchedule(Schedule):
 
     def at_or_before(self, ms: int) -> Optional[int]:
         second = ms // 1000
+        key = (self.expression, self.tz, second)
+        if key in _LATEST:  # shared as _NEXT is: a start-up recovers every job with the same second
+            return _LATEST[key]
+        found: Optional[int]
         try:
             if self._wildcard:
-                return self._wildcard_at_or_before(second) * 1000
-            return self._fixed(self._at_or_before(self._fixed_wall(second))) * 1000
+                found = self._wildcard_at_or_before(second) * 1000
+            else:
+                found = self._fixed(self._at_or_before(self._fixed_wall(second))) * 1000
         except CroniterError:  # no slot that early
-            return None
+            found = None
+        if len(_LATEST) >= _NEXT_KEPT:
+            _LATEST.clear()
+        _LATEST[key] = found
+        return found
 
     # Times here are whole epoch seconds (instants) and naive datetimes (wall times).
 

@@ -130,8 +130,10 @@ class Engine:
             jobs = self._stored.jobs()
             self._roster.add(jobs)
             self._booted = True
+        for job in jobs:  # every next slot first: with many jobs, the recoveries take longer
+            self._slots.plan(job, recover=False)
         for job in jobs:
-            self._slots.plan(job)
+            self._slots.recover(job)
         self._clock_sync.keep_reading(wait_ms)
         self._poller.start()
 

@@ -45,7 +45,11 @@ class Slots:
         slot = job.schedule.next_after(self._clock.now_ms())
         self._instance.timers.call_at(slot + jitter_ms(job), self._fire, job, slot)
         if recover:
-            self._instance.tasks.submit(self._recover, job)
+            self.recover(job)
+
+    def recover(self, job: Job) -> None:
+        """Recover ``job`` (catch-up, backups of its unfinished runs) from the claim pool."""
+        self._instance.tasks.submit(self._recover, job)
 
     def _fire(self, job: Job, slot_ms: int) -> None:
         """In the scheduler thread, at ``slot_ms`` + jitter: claim it, and plan the next slot."""

@@ -114,7 +114,11 @@ class DelegatingStore(Store):
         return self.inner._poll(since)
 
     def _poll_announcing(self, since: int, announce: Announcement) -> Poll:
-        """The inner store's poll with an announcement."""
+        """The inner store's poll with an announcement (its one round trip); a wrapper that
+        overrides :meth:`_poll` sees every poll: :meth:`_announce`, then its :meth:`_poll`."""
+        if type(self)._poll is not DelegatingStore._poll:
+            self._announce(announce)
+            return self._poll(since)
         return self.inner._poll_announcing(since, announce)
 
     @property

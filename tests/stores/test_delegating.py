@@ -366,3 +366,23 @@ def test_a_subclass_sees_every_claim_of_a_running_instance(backend: _Wrapping) -
     assert store.claims == ["catch-up -> won"]
     run = backend.real.open().get_run("job", success.slot_ms or 0)
     assert run is not None and run.status == "success" and run.runner == "a"
+
+
+def test_a_wrapper_that_changes_polls_sees_the_polls_that_carry_an_announcement() -> None:
+    """A DelegatingStore that overrides _poll gets every poll, also one with an announcement (announced
+    first); one that does not passes it to the inner store whole (its one round trip)."""
+
+    class Seeing(DelegatingStore):
+        def __init__(self, inner: Store) -> None:
+            super().__init__(inner)
+            self.polls: List[int] = []
+
+        def _poll(self, since: int) -> Any:
+            self.polls.append(since)
+            return super()._poll(since)
+
+    inner = _Answers()
+    seeing = Seeing(inner)
+    seeing.poll(3, announce=SAID)
+    assert seeing.polls == [3]
+    assert inner.calls == [("announce", (SAID,)), ("pending_requests", ()), ("schedule_changes", (3,))]
