@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import __version__
 from ..errors import ConfigError, LeaseCronError
@@ -240,6 +240,17 @@ _WRITES = (
     " Creates no store: a store that does not exist (a mistyped URL) is an error naming what is missing; an"
     " instance, or `leasecron check URL`, creates it."
 )
+
+
+def verbs() -> Dict[str, Tuple[str, argparse.ArgumentParser]]:
+    """The command's verbs, in order: each one's summary (as ``leasecron --help`` shows it) and its
+    parser, from :func:`build_parser` (for the integrations that offer the same verbs, such as
+    ``manage.py leasecron``, and for the docs' tests). argparse keeps them in its private
+    ``_SubParsersAction``: this is the one place that reads it."""
+    parser = build_parser()
+    (sub,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    summaries = {choice.dest: choice.help or "" for choice in sub._choices_actions}
+    return {name: (summaries[name], verb) for name, verb in sub.choices.items()}
 
 
 def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:

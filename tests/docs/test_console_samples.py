@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import argparse
 import ast
 import os
 import re
@@ -31,7 +30,7 @@ import pytest
 
 from leasecron import Context, LeaseCron, Run, Store, open_store
 from leasecron.announcements import announcement_of
-from leasecron.cli import build_parser
+from leasecron.cli import verbs
 from tests.docs.readme_examples import DOCS, README, ROOT
 from tests.docs.samples import assert_shows, inline_literals, joined_options, literal_blocks, sessions
 
@@ -269,11 +268,9 @@ _VERB = re.compile(r"^(?:\$ )?leasecron ([a-z][\w-]*)(.*)")
 
 def cli_options() -> Dict[str, Set[str]]:
     """Each command of ``leasecron`` and the options it takes."""
-    parser = build_parser()
-    [sub] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     return {
         verb: {option for action in command._actions for option in action.option_strings}
-        for verb, command in sub.choices.items()
+        for verb, (_, command) in verbs().items()
     }
 
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, Tuple
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser  # type: ignore[import-untyped]
 
-from leasecron.cli import build_parser
+from leasecron.cli import verbs
 from leasecron.cli.commands import CommandError as FailedCommand
 from leasecron.contrib.django.project import get_cron
 from leasecron.contrib.django.verbs import VERBS
@@ -47,15 +47,9 @@ DESCRIPTIONS = {
 
 
 def cli_verbs() -> Dict[str, Tuple[str, argparse.ArgumentParser]]:
-    """The ``leasecron`` command's verbs: each one's summary (``leasecron --help``'s) and parser.
-
-    Read from :func:`leasecron.cli.build_parser`, whose subcommands argparse keeps in its
-    ``_SubParsersAction`` (argparse has no public reader of them).
-    """
-    parser = build_parser()
-    found = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
-    summaries = {choice.dest: choice.help or "" for choice in found[0]._choices_actions}
-    return {name: (summaries[name], sub) for name, sub in found[0].choices.items()}
+    """The ``leasecron`` command's verbs: each one's summary (``leasecron --help``'s) and parser
+    (:func:`leasecron.cli.verbs`)."""
+    return verbs()
 
 
 def _here(text: str) -> str:
