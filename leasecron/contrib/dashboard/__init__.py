@@ -13,10 +13,10 @@ how the package is built.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Tuple
 
 try:
-    from flask import Blueprint, Flask, Response, request
+    from flask import Blueprint, Flask, Request, Response, request
     from flask.blueprints import BlueprintSetupState
 except ImportError as exc:  # pragma: no cover - the test environment has Flask
     raise ImportError(
@@ -45,6 +45,8 @@ def blueprint(
     password: Optional[str] = None,
     refresh_ms: int = 2000,
     name: str = DEFAULT_NAME,
+    actor: Optional[Callable[[Request], str]] = None,
+    form_token: Optional[Callable[[Request], Tuple[str, str]]] = None,
 ) -> Blueprint:
     """The dashboard of ``store`` as a Flask blueprint: ``app.register_blueprint(bp, url_prefix="/cron")``.
 
@@ -56,8 +58,18 @@ def blueprint(
     pages refresh in the browser (0: never); ``name`` the blueprint's name
     (two dashboards on one app need two). A bad argument is a
     :class:`~leasecron.ConfigError` naming it.
+
+    Two hooks serve an app that has its own login and CSRF protection (the
+    Django integration uses both): ``actor``, called with the request, gives
+    the name an action is recorded under (``by``; by default the basic-auth
+    user name or ``dashboard``, ``@`` the host); ``form_token``, called with
+    the request, gives the hidden field ``(name, value)`` every form carries
+    (Django's ``("csrfmiddlewaretoken", get_token(request))``). With
+    ``form_token`` the dashboard sets no CSRF cookie and checks no token of
+    its own: the app must refuse every POST to the pages without its token.
+    The API keeps its ``application/json``-only rule either way.
     """
-    settings = Settings(store, cron, read_only, password, refresh_ms, name)
+    settings = Settings(store, cron, read_only, password, refresh_ms, name, actor, form_token)
     bp = Blueprint(name, __name__, template_folder="templates", static_folder="static", static_url_path="/static")
     bp.record_once(_add_converter)  # before any rule: the rules need it when they are added to the app
 

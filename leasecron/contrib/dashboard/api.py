@@ -18,7 +18,6 @@ from flask import Blueprint, Response, jsonify, request
 from .actions import ACTIONS, act, check_writable
 from .links import JOB, job_of
 from .rows import DEFAULT_RUNS, MAX_RUNS, job_dict, number_arg, paging, read_job, read_jobs_page, status_arg
-from .security import actor
 from .settings import DashboardError, Settings
 
 __all__ = ["add_api", "error_json", "is_api", "json_body"]
@@ -94,7 +93,8 @@ def _action_view(settings: Settings, action: str) -> Any:
         note = body.get("note")
         if action == "pause" and note is not None and not isinstance(note, str):
             raise DashboardError(400, "\"note\" must be a string or null")
-        _, answer = act(settings, action, job_of(job), actor(request), note if action == "pause" else None)
+        who = settings.who(request)
+        _, answer = act(settings, action, job_of(job), who, note if action == "pause" else None)
         return jsonify(answer)
 
     view.__name__ = f"api_{action}"

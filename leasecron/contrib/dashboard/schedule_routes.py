@@ -37,7 +37,6 @@ from .schedules import (
     reschedule,
     reset,
 )
-from .security import actor
 from .settings import DashboardError, Settings
 from .views import check_form, form_done
 
@@ -78,19 +77,19 @@ def add_schedule_forms(bp: Blueprint, settings: Settings) -> None:
 
     def reschedule_form(job: Optional[str]) -> Tuple[str, Dict[str, Any]]:
         schedule = form_schedule(request.form.get("schedule", ""))
-        return reschedule(settings, job_of(job), actor(request), schedule, _optional_text("tz"))
+        return reschedule(settings, job_of(job), settings.who(request), schedule, _optional_text("tz"))
 
     def reset_form(job: Optional[str]) -> Tuple[str, Dict[str, Any]]:
-        return reset(settings, job_of(job), actor(request))
+        return reset(settings, job_of(job), settings.who(request))
 
     def delete_form(job: Optional[str]) -> Tuple[str, Dict[str, Any]]:
-        return delete_stored(settings, job_of(job), actor(request))
+        return delete_stored(settings, job_of(job), settings.who(request))
 
     def put_form(_: Optional[str]) -> Tuple[str, Dict[str, Any]]:
         name = request.form.get("name", "").strip()
         if not name:
             raise ConfigError("give the stored job a name")
-        return put_stored(settings, name, actor(request), task=request.form.get("task", "").strip(),
+        return put_stored(settings, name, settings.who(request), task=request.form.get("task", "").strip(),
                           schedule=form_schedule(request.form.get("schedule", "")), tz=_optional_text("tz"),
                           kwargs=form_object("kwargs", request.form.get("kwargs", "")),
                           options=form_object("options", request.form.get("options", "")))  # fmt: skip
@@ -129,7 +128,7 @@ def add_schedule_api(bp: Blueprint, settings: Settings) -> None:
 
     def api_reschedule(job: Optional[str] = None) -> Response:
         body = _body(settings, SCHEDULE_FIELDS, ("schedule",), '{"schedule": "*/5 * * * *", "tz": "Europe/Berlin"}')
-        _, answer = reschedule(settings, job_of(job), actor(request), body["schedule"], body.get("tz"))
+        _, answer = reschedule(settings, job_of(job), settings.who(request), body["schedule"], body.get("tz"))
         return jsonify(answer)
 
     def api_stored_jobs() -> Response:
@@ -141,14 +140,15 @@ def add_schedule_api(bp: Blueprint, settings: Settings) -> None:
     def api_put_stored(job: Optional[str] = None) -> Response:
         example = '{"task": "send_report", "schedule": "0 9 * * 1-5", "tz": "Europe/Berlin", "kwargs": {"team": 3}}'
         body = _body(settings, STORED_FIELDS, ("task", "schedule"), example)
-        _, answer = put_stored(settings, job_of(job), actor(request), task=body["task"], schedule=body["schedule"],
+        who = settings.who(request)
+        _, answer = put_stored(settings, job_of(job), who, task=body["task"], schedule=body["schedule"],
                                tz=body.get("tz"), kwargs=body.get("kwargs"), options=body.get("options"))  # fmt: skip
         return jsonify(answer)
 
     def removal(operation: Callable[[Settings, str, str], Tuple[str, Dict[str, Any]]], name: str) -> Any:
         def view(job: Optional[str] = None) -> Response:
             _body(settings, (), (), "{}")
-            _, answer = operation(settings, job_of(job), actor(request))
+            _, answer = operation(settings, job_of(job), settings.who(request))
             return jsonify(answer)
 
         view.__name__ = name

@@ -11,11 +11,15 @@ a message for a person; the page views render it as an HTML page, the API as
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from ...cron import LeaseCron
 from ...errors import ConfigError, shown
 from ...stores import Store
+from .security import actor
+
+if TYPE_CHECKING:  # pragma: no cover - the types only
+    from flask import Request
 
 __all__ = ["DEFAULT_NAME", "DashboardError", "Settings", "MAX_REFRESH_MS"]
 
@@ -43,7 +47,12 @@ class Settings:
     registered jobs, even those that never ran); ``read_only`` hides and
     refuses every action; ``password`` requires HTTP basic authentication on
     every page and endpoint; ``refresh_ms`` is how often the pages refresh
-    themselves in the browser (0: never); ``name`` the blueprint's name.
+    themselves in the browser (0: never); ``name`` the blueprint's name;
+    ``actor`` (a callable given the request) the name an action is recorded
+    under, instead of ``"<basic-auth user or 'dashboard'>@<host>"``;
+    ``form_token`` (a callable given the request, answering a form field's
+    name and value) the hidden field each form carries for an application
+    that checks CSRF itself, instead of the dashboard's double submit.
     """
 
     store: Store
@@ -52,6 +61,8 @@ class Settings:
     password: Optional[str] = None
     refresh_ms: int = 2000
     name: str = DEFAULT_NAME
+    actor: Optional[Callable[["Request"], str]] = None
+    form_token: Optional[Callable[["Request"], Tuple[str, str]]] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, Store):
@@ -70,11 +81,20 @@ class Settings:
             )
         if not isinstance(self.name, str) or not self.name or "." in self.name:
             raise ConfigError(f"dashboard: name must be a non-empty string without dots, not {shown(self.name)}")
+        for hook in ("actor", "form_token"):
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                raise ConfigError(f"dashboard: {hook} must be a callable or None, not {shown(getattr(self, hook))}")
+
+    def who(self, request: "Request") -> str:
+        """The name an action of ``request`` is recorded under (``by``): ``actor``'s answer, else
+        :func:`.security.actor`'s."""
+        return (self.actor or actor)(request)
 
     def __repr__(self) -> str:
         # never the password
         secret = "set" if self.password else "none"
         return (
             f"Settings(store={self.store!r}, cron={self.cron!r}, read_only={self.read_only},"
-            f" password={secret}, refresh_ms={self.refresh_ms}, name={self.name!r})"
+            f" password={secret}, refresh_ms={self.refresh_ms}, name={self.name!r}, actor={self.actor!r},"
+            f" form_token={self.form_token!r})"
         )

@@ -42,8 +42,8 @@ from .rows import (
 )
 from .security import (
     CSRF_COOKIE,
+    CSRF_FIELD,
     FLASH_COOKIE,
-    actor,
     csrf_ok,
     csrf_token,
     flash_value,
@@ -111,8 +111,12 @@ HELPERS: Dict[str, Any] = {
 
 
 def page(settings: Settings, template: str, status: int = 200, **context: Any) -> Response:
-    """Render a page with the context every page has; set a new CSRF cookie, clear a shown flash."""
-    token, new = csrf_token(request)
+    """Render a page with the context every page has; set a new CSRF cookie (unless the app checks
+    CSRF itself: ``form_token``), clear a shown flash."""
+    if settings.form_token is not None:
+        (csrf_field, token), new = settings.form_token(request), False
+    else:
+        (token, new), csrf_field = csrf_token(request), CSRF_FIELD
     flash, flash_error = read_flash(request)
     html = render_template(
         f"{TEMPLATES}/{template}",
@@ -123,6 +127,7 @@ def page(settings: Settings, template: str, status: int = 200, **context: Any) -
         has_cron=settings.cron is not None,
         tasks=sorted(settings.cron.tasks) if settings.cron is not None else [],
         csrf=token,
+        csrf_field=csrf_field,
         here=here(),
         q=request.args.get("q", ""),
         flash=flash,
@@ -182,9 +187,10 @@ def add_pages(bp: Blueprint, settings: Settings) -> None:
 
 def check_form(settings: Settings) -> None:
     """Refuse a form's POST on a read-only dashboard (403, before the token: a read-only dashboard
-    refuses every POST alike), or without the right CSRF token (400)."""
+    refuses every POST alike), or without the right CSRF token (400; not checked here when the
+    app checks CSRF itself: ``form_token``)."""
     check_writable(settings)
-    if not csrf_ok(request):
+    if settings.form_token is None and not csrf_ok(request):
         raise DashboardError(400, "bad or missing CSRF token: reload the page and try again")
 
 
@@ -200,7 +206,7 @@ def _action_view(settings: Settings, action: str) -> Any:
     def view(job: Optional[str] = None) -> BaseResponse:
         check_form(settings)
         name = job_of(job)
-        message, _ = act(settings, action, name, actor(request), request.form.get("note"))
+        message, _ = act(settings, action, name, settings.who(request), request.form.get("note"))
         return form_done(message)
 
     view.__name__ = f"{action}_form"
