@@ -113,7 +113,8 @@ from leasecron import Claim, Context, Event, LeaseCron, Run, Store, open_store
 from leasecron.engine.clock import StoreClock
 from leasecron.stores import ClaimRequest, DelegatingStore, SQLiteStore
 from leasecron.stores.postgres import PostgresStore
-from leasecron.stores.redis import RedisStore, job_keys
+from leasecron.stores.redis import RedisStore, job_keys, schedule_key
+from leasecron.stores.redis_scripts import instances_keys
 
 #: The namespace (Redis prefix, PostgreSQL schema) the benchmark makes for itself.
 OWN_NAMESPACE = "leasecron_firelag_{pid}"
@@ -447,7 +448,9 @@ def sqlite_namespace(url: str) -> Iterator[Tuple[str, Store, str]]:
 
 @contextmanager
 def redis_namespace(url: str, names: List[str]) -> Iterator[Tuple[str, Store, str]]:
-    """A key prefix where none of the jobs' keys exist yet; those keys are deleted at the end."""
+    """A key prefix where none of the jobs' keys exist yet; those keys are deleted at the end, with
+    the stored schedules of those jobs and the instances' announcements under the prefix (an
+    instance still running announces itself again within 10 s)."""
     if "prefix" not in url_options(url):
         url = with_option(url, "prefix", OWN_NAMESPACE.format(pid=os.getpid()))
     store = open_store(url)
@@ -469,7 +472,7 @@ def redis_namespace(url: str, names: List[str]) -> Iterator[Tuple[str, Store, st
     finally:
         try:
             pipe = store.client.pipeline(transaction=False)
-            for key in keys:
+            for key in [*keys, *(schedule_key(store.prefix, name) for name in names), *instances_keys(store.prefix)]:
                 pipe.delete(key)
             pipe.srem(f"{store.prefix}:jobs", *names)
             pipe.execute()

@@ -48,6 +48,8 @@ class Announcer:
         self._tasks: Tuple[str, ...] = ()
         #: The monotonic second the next announcement is due (None: at the next poll).
         self._due: Optional[float] = None
+        #: Whether a poll stored an announcement: only then is there one to withdraw.
+        self.announced = False
 
     def registers(self, jobs: Iterable[Job], tasks: Iterable[Task]) -> None:
         """The jobs registered in code and the tasks, as they are now: announced at the next poll
@@ -71,5 +73,6 @@ class Announcer:
         (at the next poll if the jobs or tasks changed meanwhile)."""
         jobs = tuple((job.name, job.schedule, job.tz) for job in announcement.jobs)
         with self._lock:
+            self.announced = True
             if (jobs, announcement.tasks) == (self._jobs, self._tasks):
                 self._due = now + ANNOUNCE_EVERY_MS / 1000

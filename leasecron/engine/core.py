@@ -43,6 +43,8 @@ __all__ = ["Engine", "IN_FLIGHT_WAIT_S"]
 #: How long stop() waits, once the live runs ended, for store calls in flight (claims, the
 #: start-up's reads): a claim that wins after that is released at once, without a handler.
 IN_FLIGHT_WAIT_S = 0.1
+#: How long stop() waits for the store to forget the instance's announcement.
+WITHDRAW_WAIT_S = 0.25
 
 
 class Engine:
@@ -254,13 +256,24 @@ class Engine:
         log.info("leasecron: stopped runner %r", self.runner)
 
     def _withdraw(self) -> None:
-        """Take the instance's announcement out of the store (not on a cold stop: it ages out)."""
-        if self.cold.is_set():
+        """Take the instance's announcement out of the store, waiting for it at most
+        :data:`WITHDRAW_WAIT_S` (a store that does not answer must not hold the stop up); none on a
+        cold stop or when no poll stored one. An announcement left behind ages out in 30 s."""
+        if self.cold.is_set() or not self._announcer.announced:
             return
-        try:
-            self._instance.store.withdraw(self.runner)
-        except StoreError as exc:
-            log.info("leasecron: cannot withdraw runner %r from the store (it ages out in 30 s): %s", self.runner, exc)
+        done = threading.Event()
+
+        def withdraw() -> None:
+            try:
+                self._instance.store.withdraw(self.runner)
+            except StoreError as exc:
+                log.info("leasecron: cannot withdraw runner %r (it ages out in 30 s): %s", self.runner, exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=withdraw, name="leasecron-withdraw", daemon=True).start()
+        if not done.wait(WITHDRAW_WAIT_S):
+            log.info("leasecron: withdrawing runner %r takes long: left to age out in 30 s", self.runner)
 
     def _wait_until(self, condition: Callable[[], bool], deadline: float) -> None:
         """Wait until ``condition()``, the monotonic ``deadline``, or a cold stop."""

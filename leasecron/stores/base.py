@@ -23,7 +23,8 @@ from ..schedules import ScheduleSpec
 from ..states import ScheduleSource
 from ..stored import Poll, StoredSchedule, check_schedule_fields
 from .claim_request import ClaimRequest
-from ..limits import check_int, check_job_name, check_text
+from ..limits import check_int, check_job_name
+from ..limits import check_text as _check_text  # check_text itself is an old name here (compat)
 from .checks import check_actor, check_claim, check_finish, check_heartbeat, check_note, check_token
 from .reads import StoreReads
 
@@ -316,7 +317,7 @@ class Store(StoreReads):
 
     def withdraw(self, runner: str) -> None:
         """Forget the announcement of ``runner``, if any (a stopping instance)."""
-        check_text("runner", runner)
+        _check_text("runner", runner)
         self._withdraw(runner)
 
     def poll(self, since: int, announce: Optional[Announcement] = None) -> Poll:

@@ -53,7 +53,7 @@ FUNCTIONS = {
 }  # fmt: skip
 #: The tables of the schema: the runs, the jobs, the requests for manual runs, the stored schedules,
 #: the schema version.
-TABLES = (TABLE, f"{TABLE}_jobs", f"{TABLE}_requests", f"{TABLE}_schedules", f"{TABLE}_meta")
+TABLES = (TABLE, f"{TABLE}_jobs", f"{TABLE}_requests", f"{TABLE}_schedules", f"{TABLE}_instances", f"{TABLE}_meta")
 #: What <table>_meta holds once this release has created or migrated a schema.
 STAMPED = [("schema_version", str(SCHEMA_VERSION))]
 
@@ -156,7 +156,7 @@ def test_url_options_schema_table_and_max_connections_apply(schema: str, opened:
     assert (store.schema, store.table) == (schema, "myruns")
     _win(store, job="setup")
     tables = {r[0] for r in _query("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))}
-    assert tables == {"myruns", "myruns_jobs", "myruns_requests", "myruns_schedules", "myruns_meta"}
+    assert tables == {"myruns", "myruns_jobs", "myruns_requests", "myruns_schedules", "myruns_instances", "myruns_meta"}
 
     results: List[object] = []
     lock = threading.Lock()
@@ -477,7 +477,7 @@ def _meta(schema: str, table: str = TABLE) -> List[Tuple[str, str]]:
 
 
 def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrate_again(schema: str) -> None:
-    """The first store stamps schema_version = 4 in <table>_meta; a second store on the same schema
+    """The first store stamps schema_version = 5 in <table>_meta; a second store on the same schema
     reads the version and runs no migration (no CREATE FUNCTION/TABLE, no new stamp), keeping
     the tables and their data."""
     first = PostgresStore(_base_url(), schema=schema)
@@ -485,7 +485,7 @@ def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrat
         run = _win(first)
     finally:
         first.close()
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     assert _meta(schema) == STAMPED
     oids = _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid")
 
