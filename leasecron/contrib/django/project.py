@@ -23,7 +23,9 @@ import inspect
 import threading
 from typing import Any, Callable, Optional
 
+import django  # type: ignore[import-untyped]
 from asgiref.sync import sync_to_async
+from django.apps import apps  # type: ignore[import-untyped]
 from django.db import close_old_connections  # type: ignore[import-untyped]
 
 from ...cron import LeaseCron
@@ -102,8 +104,16 @@ def get_cron() -> DjangoLeaseCron:
     Raises :class:`~leasecron.ConfigError` naming the first problem of the setting (``manage.py
     check`` lists them all, each with its id); it builds nothing then, and tries again on the next
     call.
+
+    Asked for in a process where Django is not set up yet (a gunicorn worker's ``post_fork``, which
+    resolves ``"leasecron.contrib.django:cron"`` before the worker loads the WSGI application), it
+    calls ``django.setup()`` first, so that every app's ``cron`` module is imported and the cron
+    has the project's jobs when it starts. While the apps are being loaded (an app's ``cron.py``
+    asking for it), it does not.
     """
     global _cron
+    if not apps.ready and not apps.loading:
+        django.setup(set_prefix=False)  # as get_wsgi_application() calls it; the apps are populated once
     with _lock:
         if _cron is None:
             settings, problems = read_settings()
