@@ -4,6 +4,9 @@
 ``SHOP_DB``: ``sqlite:PATH`` or ``postgresql:HOST:PORT:DBNAME:SCHEMA:APPLICATION_NAME``.
 ``SHOP_CONN_MAX_AGE``: seconds, or ``none`` (forever); ``SHOP_HEALTH_CHECKS``: ``1`` for
 ``CONN_HEALTH_CHECKS``. ``SHOP_EVERY``: the interval of the ``shop.tick`` job, in seconds.
+``LEASECRON_DASHBOARD_SETTING``: settings.LEASECRON_DASHBOARD as JSON (unset: none). The URLconf
+(``urls.py``) mounts the dashboard at ``/cron/`` and has a login page at ``/login/``;
+``SHOP_CSRF_MIDDLEWARE``: ``0`` leaves ``CsrfViewMiddleware`` out of ``MIDDLEWARE``.
 """
 
 import json
@@ -17,6 +20,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.sessions",
     "leasecron.contrib.django",
     "shop",
 ]
@@ -41,3 +45,17 @@ DATABASES = {"default": _database()}
 
 if os.environ.get("LEASECRON_SETTING", "unset") != "unset":
     LEASECRON = json.loads(os.environ["LEASECRON_SETTING"])
+
+ROOT_URLCONF = "urls"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+LOGIN_URL = "/login/"
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+if os.environ.get("SHOP_CSRF_MIDDLEWARE") == "0":
+    MIDDLEWARE.remove("django.middleware.csrf.CsrfViewMiddleware")
+if "LEASECRON_DASHBOARD_SETTING" in os.environ:
+    LEASECRON_DASHBOARD = json.loads(os.environ["LEASECRON_DASHBOARD_SETTING"])
