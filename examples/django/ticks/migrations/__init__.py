@@ -1,0 +1,1 @@
+"""The app's migrations (python manage.py makemigrations ticks)."""
