@@ -395,4 +395,4 @@ def test_docs_page_is_valid_rst() -> None:
         text, settings_overrides={"halt_level": 2, "report_level": 2, "warning_stream": sys.stderr}
     )
     images = [node["uri"] for node in doctree.findall(nodes.image)]
-    assert images == [f"_static/dashboard-{page}.png" for page in ("jobs", "job", "run")]
+    assert images == [f"_static/dashboard-{page}.png" for page in ("jobs", "job", "run", "instances")]

@@ -57,8 +57,8 @@ def test_database_uses_wal_journal(db: Path) -> None:
         conn.close()
 
 
-def test_schema_is_stamped_with_version_3(db: Path) -> None:
-    """The schema is stamped with version 3 in <table>_meta."""
+def test_schema_is_stamped_with_version_4(db: Path) -> None:
+    """The schema is stamped with version 4 in <table>_meta."""
     with leasecron.open_store(_url(db, table="myruns")) as store:
         _win(store)
     conn = sqlite3.connect(db)
@@ -66,7 +66,7 @@ def test_schema_is_stamped_with_version_3(db: Path) -> None:
         rows = conn.execute("SELECT key, value FROM myruns_meta").fetchall()
     finally:
         conn.close()
-    assert rows == [("schema_version", "3")]
+    assert rows == [("schema_version", "4")]
 
 
 @pytest.mark.parametrize("query", ["running"])
@@ -124,19 +124,19 @@ def test_newer_schema_version_raises_store_error(db: Path, create: bool) -> None
     with leasecron.open_store(_url(db)) as store:
         run = _win(store)
     conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("UPDATE leasecron_runs_meta SET value = '4' WHERE key = 'schema_version'")
+    conn.execute("UPDATE leasecron_runs_meta SET value = '5' WHERE key = 'schema_version'")
     conn.close()
 
     with SQLiteStore.from_url(_url(db), create=create) as store:
         with pytest.raises(leasecron.StoreError, match="upgrad") as info:
             store.claim(JOB, store.now_ms() - 1_000, runner="r2")
-        assert "4" in str(info.value)
+        assert "5" in str(info.value)
         with pytest.raises(leasecron.StoreError, match="upgrad"):
             store.get_run(JOB, run.slot_ms)
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("SELECT COUNT(*) FROM leasecron_runs").fetchone()[0] == 1
-        assert conn.execute("SELECT value FROM leasecron_runs_meta").fetchone()[0] == "4"
+        assert conn.execute("SELECT value FROM leasecron_runs_meta").fetchone()[0] == "5"
     finally:
         conn.close()
 
@@ -621,7 +621,7 @@ def test_a_store_of_0_1_is_migrated_and_its_runs_go_on(db: Path) -> None:
             assert stored_run(store, row).attempts == _one_attempt(row)
         conn = sqlite3.connect(db)
         try:
-            assert conn.execute("SELECT value FROM old_runs_meta").fetchone()[0] == "3"
+            assert conn.execute("SELECT value FROM old_runs_meta").fetchone()[0] == "4"
         finally:
             conn.close()
 
@@ -706,14 +706,14 @@ def test_a_store_of_0_2_is_read_without_create_and_holds_no_stored_schedule(db: 
 
 
 def test_a_store_of_0_2_is_migrated_in_place_and_schedules_can_be_stored(db: Path) -> None:
-    """This release migrates a 0.2 file to version 3 on first use: its runs (attempts and manual
+    """This release migrates a 0.2 file to version 4 on first use (stored schedules, announcements): its runs (attempts and manual
     ones too), pause and request are as they were; set_schedule stores version 1, a scheduled
     claim from version 0 is stale (rule 23) and from version 1 wins, and a run of 0.2 goes on."""
     now = int(time.time() * 1000)
     rows = _store_of_0_2(db, now)
     with SQLiteStore.from_url(_url(db, table="old_runs")) as store:
         manual = stored_run(store, rows["manual"])
-        assert _stamped(db) == "3"
+        assert _stamped(db) == "4"
         assert [(a.number, a.reason, a.outcome) for a in manual.attempts] == [
             (1, "manual", "expired"),
             (2, "takeover", "success"),
