@@ -39,7 +39,8 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect  # type: igno
 from flask import Flask, Request
 
 from ...errors import ConfigError, shown
-from ..dashboard import create_app
+from ...stores.memory import MemoryStore
+from ..dashboard import Settings as DashboardSettings, create_app
 from .project import get_cron
 
 __all__ = ["SETTING", "OPTIONS", "api", "dashboard_options", "get_app", "pages"]
@@ -61,7 +62,7 @@ _FROM_DJANGO: Any = object()
 def dashboard_options(value: Any = _FROM_DJANGO) -> Dict[str, Any]:
     """``settings.LEASECRON_DASHBOARD`` (or ``value``) as the blueprint's keyword arguments ({} when
     it is not set); :class:`~leasecron.ConfigError` naming a value that is not a dict, an unknown key
-    or a ``read_only`` that is not a bool (the blueprint checks ``refresh_ms``)."""
+    or a bad value (as the blueprint checks it)."""
     if value is _FROM_DJANGO:
         value = getattr(django_settings, SETTING, None)
     if value is None:
@@ -71,8 +72,10 @@ def dashboard_options(value: Any = _FROM_DJANGO) -> Dict[str, Any]:
     unknown = [key for key in value if key not in OPTIONS]
     if unknown:
         raise ConfigError(f"settings.{SETTING} has unknown key {unknown[0]!r}: it takes {', '.join(OPTIONS)}")
-    if not isinstance(value.get("read_only", False), bool):
-        raise ConfigError(f"settings.{SETTING}['read_only'] must be True or False, not {shown(value['read_only'])}")
+    try:  # the blueprint's own checks of the values, on a store that opens nothing
+        DashboardSettings(MemoryStore(), **value)
+    except ConfigError as exc:
+        raise ConfigError(f"settings.{SETTING}: {exc}") from None
     return dict(value)
 
 
@@ -90,17 +93,13 @@ _app: Optional[Flask] = None
 
 def get_app() -> Flask:
     """The Flask app of the dashboard, built on the first call (and kept) around the project's cron,
-    with ``settings.LEASECRON_DASHBOARD``'s options; a bad option raises
-    :class:`~leasecron.ConfigError` naming the setting, and nothing is kept."""
+    with ``settings.LEASECRON_DASHBOARD``'s options (:func:`dashboard_options`)."""
     global _app
     with _lock:
         if _app is None:
             options = dashboard_options()
             cron = get_cron()
-            try:
-                app = create_app(cron.store, cron=cron, actor=_user, form_token=_form_token, **options)
-            except ConfigError as exc:
-                raise ConfigError(f"settings.{SETTING}: {exc}") from None
+            app = create_app(cron.store, cron=cron, actor=_user, form_token=_form_token, **options)
             app.config["PROPAGATE_EXCEPTIONS"] = True  # an unexpected error is Django's to handle and log
             _app = app
         return _app

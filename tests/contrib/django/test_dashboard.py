@@ -242,14 +242,15 @@ def test_read_only_hides_the_forms_and_refuses_every_write(project: Project, req
 
 
 def test_a_bad_dashboard_setting_is_named() -> None:
-    """LEASECRON_DASHBOARD must be a dict of read_only (a bool) and refresh_ms; anything else is a
-    ConfigError naming the setting and the key."""
+    """LEASECRON_DASHBOARD must be a dict of read_only (a bool) and refresh_ms (0 to an hour);
+    anything else is a ConfigError naming the setting and the key."""
     assert dashboard_options(None) == {}
     assert dashboard_options({"read_only": True, "refresh_ms": 0}) == {"read_only": True, "refresh_ms": 0}
     for value, words in (
         ([1], "must be a dict"),
         ({"readonly": True}, "unknown key 'readonly'"),
-        ({"read_only": "yes"}, "['read_only'] must be True or False"),
+        ({"read_only": "yes"}, "settings.LEASECRON_DASHBOARD: dashboard: read_only must be True or False, not 'yes'"),
+        ({"refresh_ms": -1}, "settings.LEASECRON_DASHBOARD: dashboard: refresh_ms must be an integer from 0"),
     ):
         with pytest.raises(ConfigError, match=re.escape(words)):
             dashboard_options(value)
@@ -259,4 +260,5 @@ def test_manage_py_check_fails_on_a_bad_dashboard_setting(project: Project) -> N
     """The URLconf checks LEASECRON_DASHBOARD when it is imported: `manage.py check` fails naming it."""
     project.set(json.loads(project.env["LEASECRON_SETTING"]), LEASECRON_DASHBOARD_SETTING='{"read_only": "yes"}')
     done = project.manage("check")
-    assert done.returncode != 0 and "settings.LEASECRON_DASHBOARD['read_only'] must be True or False" in done.stderr
+    assert done.returncode != 0
+    assert "settings.LEASECRON_DASHBOARD: dashboard: read_only must be True or False" in done.stderr
