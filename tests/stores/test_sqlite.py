@@ -706,9 +706,10 @@ def test_a_store_of_0_2_is_read_without_create_and_holds_no_stored_schedule(db: 
 
 
 def test_a_store_of_0_2_is_migrated_in_place_and_schedules_can_be_stored(db: Path) -> None:
-    """This release migrates a 0.2 file to version 4 on first use (stored schedules, announcements): its runs (attempts and manual
-    ones too), pause and request are as they were; set_schedule stores version 1, a scheduled
-    claim from version 0 is stale (rule 23) and from version 1 wins, and a run of 0.2 goes on."""
+    """This release migrates a 0.2 file to version 4 on first use (stored schedules, announcements):
+    its runs (attempts and manual ones too), pause and request are as they were; set_schedule
+    stores version 1, a scheduled claim from version 0 is stale (rule 23) and from version 1 wins,
+    and a run of 0.2 goes on."""
     now = int(time.time() * 1000)
     rows = _store_of_0_2(db, now)
     with SQLiteStore.from_url(_url(db, table="old_runs")) as store:
