@@ -218,7 +218,10 @@ def _next_try(
 ) -> List[str]:  # fmt: skip
     """Try ``n`` (``start``) against try ``n - 1`` (its ``end`` line ``before``)."""
     n, t = try_of(start), start["mono_ns"]
-    if stopped < t:
+    # the engine reads the signal just before it calls the handler: an abort landing between that
+    # read and the try's first line races it (the try then finds its signal aborted), so a try that
+    # began within the margin after the abort is not judged a new try after it
+    if stopped + b.margin_ms * NS < t:
         return [f"try {n} began {fmt_ms(t - stopped)} after the run was aborted or lost"]
     if before is None or before["mono_ns"] > t:
         return [f"try {n} began before try {n - 1} ended"]
