@@ -133,8 +133,10 @@ def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(p
         assert "lease" in (lost.error or "") and lost.reason == "unrenewed"
         wait_for(lambda: seen == ["lost"], 2)
         # a heartbeat sent just before the deadline may still be waiting in the store (it gives
-        # up after 50 ms); let it fail, then make the store reachable again: no new write follows
-        threading.Event().wait(0.2)
+        # up after 50 ms, and a cluster's client tries it again on new connections, each waiting
+        # in the paused server and given up in turn); let it fail, then make the store reachable
+        # again: no new write follows
+        threading.Event().wait(1.0)
         t.locker.give_back()
         wait_for(lambda: t.cron.live_runs() == [], 2)
         threading.Event().wait(2 * HEARTBEAT / 1000)
