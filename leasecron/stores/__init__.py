@@ -15,7 +15,8 @@ from typing import Dict, Tuple
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from .base import ClaimRequest, Store
+from ..stored import JobOverview, Overview
+from .base import ClaimRequest, Finish, Store
 from .delegating import DelegatingStore
 from .memory import MemoryStore
 from .reads import StoreReads
@@ -23,8 +24,8 @@ from .sqlite import SQLiteStore
 from .urls import masked_url, without_secrets
 
 __all__ = [
-    "Store", "StoreReads", "ClaimRequest", "DelegatingStore", "MemoryStore", "SQLiteStore",
-    "open_store", "require", "SCHEMES",
+    "Store", "StoreReads", "ClaimRequest", "Finish", "DelegatingStore", "MemoryStore", "SQLiteStore",
+    "Overview", "JobOverview", "open_store", "require", "SCHEMES",
 ]  # fmt: skip
 
 #: URL scheme -> (module, class) of the store that serves it.

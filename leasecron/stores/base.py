@@ -2,17 +2,18 @@
 
 Each public method checks its arguments once and calls the protected method a backend
 implements, which may trust them (``claim`` and ``claim_one`` call ``_claim`` with a
-:class:`ClaimRequest`, ``heartbeat`` calls ``_heartbeat``, and so on). The docstrings state the
-rules of ``docs/protocol.rst`` with their numbers (1-24); each backend tags the branch that
+:class:`ClaimRequest`, ``finish_many`` calls ``_finish_many`` with :class:`Finish` values, and
+so on). The docstrings state the
+rules of ``docs/protocol.rst`` with their numbers (1-26); each backend tags the branch that
 carries out a rule with its number, and ``tests/stores/`` is the contract's executable form.
 ``Store`` extends :class:`~leasecron.stores.reads.StoreReads`, what a reader needs (the clock,
-the reads, ``close``), with the operations that decide.
+the reads, ``close``), with the operations that decide; the protected methods a backend implements
+are declared in :mod:`~leasecron.stores.backend`.
 """
 
 from __future__ import annotations
 
-import abc
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from ..announcements import Announcement, check_announcement
 from ..controls import JobState, ManualRequest
@@ -25,17 +26,19 @@ from ..stored import Poll, StoredSchedule, check_schedule_fields
 from .claim_request import ClaimRequest
 from ..limits import check_int, check_job_name
 from ..limits import check_text as _check_text  # check_text itself is an old name here (compat)
-from .checks import check_actor, check_claim, check_finish, check_heartbeat, check_note, check_token
-from .reads import StoreReads
+from .checks import check_actor, check_batch, check_claim, check_finish, check_finish_of, check_heartbeat
+from .checks import check_note, check_return, check_token
+from .finish_request import Finish
+from .backend import StoreBackend
 
-__all__ = ["ClaimRequest", "REQUESTS_KEPT", "Store"]
+__all__ = ["ClaimRequest", "Finish", "REQUESTS_KEPT", "Store"]
 
 
 #: How many requests for manual runs that ended (claimed, skipped, expired) a store keeps per job.
 REQUESTS_KEPT = 20
 
 
-class Store(StoreReads):
+class Store(StoreBackend):
     """A shared record of runs: the contract every backend fulfils.
 
     A store is a :class:`~leasecron.stores.reads.StoreReads`: its clock (``now_ms``), its reads
@@ -192,15 +195,8 @@ class Store(StoreReads):
         the other. Every request is checked before any is decided: a bad one
         is a :class:`~leasecron.ConfigError` naming its index.
         """
-        requests = list(requests)
-        for index, request in enumerate(requests):
-            if not isinstance(request, ClaimRequest):
-                raise ConfigError(f"requests[{index}] must be a ClaimRequest, not {shown(request)}")
-            try:
-                check_claim(request)
-            except ConfigError as exc:
-                raise ConfigError(f"requests[{index}] (job {shown(request.job)}): {exc}") from None
-        return self._claim_many(requests) if requests else []
+        checked = check_batch(requests, "requests", ClaimRequest, check_claim)
+        return self._claim_many(checked) if checked else []
 
     def heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         """Move the lease end to ``now + lease_ms``.
@@ -219,6 +215,57 @@ class Store(StoreReads):
         """
         check_finish(job, slot_ms, token, status, error)
         return self._finish(job, slot_ms, token, status, error)
+
+    def finish_many(self, finishes: Sequence[Finish]) -> List[bool]:
+        """Record many finishes in one call: their answers (as :meth:`finish`'s), in the order of ``finishes``.
+
+        25. Each finish is decided exactly as :meth:`finish` decides it alone
+            (rules 14 and 20), atomically on the store's clock, one after the
+            other in the order given: a finish sees what an earlier one of the
+            batch wrote. The batch is not one transaction, and when the call
+            raises, each of its finishes may have been decided or not: send
+            them again with the same tokens (a finish decided already answers
+            false; the run is ended either way).
+
+        A backend decides a batch in one round trip (one per cluster node on Redis Cluster;
+        SQLite, one transaction; PostgreSQL, one statement per 256); the default
+        :meth:`_finish_many` sends one finish after the other. Every finish is checked before
+        any is decided: a bad one is a :class:`~leasecron.ConfigError` naming its index.
+        """
+        checked = check_batch(finishes, "finishes", Finish, check_finish_of)
+        return self._finish_many(checked) if checked else []
+
+    def record_return(
+        self,
+        job: str,
+        slot_ms: int,
+        attempt: int,
+        runner: str,
+        returned_ms: int,
+        status: str,
+        error: Optional[str] = None,
+    ) -> bool:
+        """Record that attempt ``attempt``'s handler returned, where the run may not show it.
+
+        26. Atomic, on the store's clock: the attempt numbered ``attempt``
+            of the run of ``job`` at ``slot_ms``, if the store keeps it and
+            ``runner`` made it, gets ``returned_ms`` (when its handler
+            returned, on the store's clock as the runner estimated it),
+            ``returned`` (``status``: ``"success"`` or ``"failed"``) and
+            ``returned_error`` (``error``, the failed handler's text). Once:
+            an attempt that has a return answers false. Nothing else of the
+            run changes (its status, error, ``finished_ms``, lease, token and
+            the attempt's ``outcome`` and ``ended_ms`` stay: fencing is
+            untouched); any attempt may carry it, the current one of a
+            running run too. Returns whether it was recorded: false when the
+            run or that attempt is unknown, or another runner made it.
+
+        A runner calls it when its handler returned but the end could not be
+        recorded (the finish did not reach the store before the run was lost,
+        or the store refused it); ``show``, ``runs`` and the dashboard show it.
+        """
+        check_return(job, slot_ms, attempt, runner, returned_ms, status, error)
+        return self._record_return(job, slot_ms, attempt, runner, returned_ms, status, error)
 
     def release(self, job: str, slot_ms: int, token: str) -> bool:
         """Hand the run over: set ``lease_end = now`` and record the hand-over.
@@ -325,96 +372,6 @@ class Store(StoreReads):
         same round trip also refreshes that announcement (:meth:`announce`) where the store can."""
         check_int("since", since, 0)
         return self._poll(since) if announce is None else self._poll_announcing(since, check_announcement(announce))
-
-    # -- what a backend implements -------------------------------------------------------
-    #
-    # The arguments are those of the public method, checked: a backend trusts them. A wrapper
-    # (see DelegatingStore) overrides these, never the public methods, so that every argument is
-    # checked once, by the outermost store.
-
-    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
-        """:meth:`claim_many` with checked arguments (at least one request): one
-        :meth:`_claim` after the other unless the backend does better."""
-        return [self._claim(request) for request in requests]
-
-    def _poll_announcing(self, since: int, announce: Announcement) -> Poll:
-        """:meth:`poll` with an announcement: :meth:`_announce`, then :meth:`_poll`, unless the backend does better."""
-        self._announce(announce)
-        return self._poll(since)
-
-    @abc.abstractmethod
-    def _announce(self, announcement: Announcement) -> None:
-        """:meth:`announce`."""
-
-    @abc.abstractmethod
-    def _withdraw(self, runner: str) -> None:
-        """:meth:`withdraw`."""
-
-    @abc.abstractmethod
-    def _claim(self, request: ClaimRequest) -> Claim:
-        """:meth:`claim`, by rules 1-12, of a checked request."""
-
-    @abc.abstractmethod
-    def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
-        """:meth:`heartbeat`, by rule 13."""
-
-    @abc.abstractmethod
-    def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
-        """:meth:`finish`, by rule 14."""
-
-    @abc.abstractmethod
-    def _release(self, job: str, slot_ms: int, token: str) -> bool:
-        """:meth:`release`, by rule 15."""
-
-    @abc.abstractmethod
-    def _pause(self, job: str, by: str, note: Optional[str]) -> JobState:
-        """:meth:`pause`, by rule 18."""
-
-    @abc.abstractmethod
-    def _resume(self, job: str, by: str) -> JobState:
-        """:meth:`resume`, by rule 18."""
-
-    @abc.abstractmethod
-    def _request_run(self, job: str, by: str, max_late_ms: int) -> ManualRequest:
-        """:meth:`request_run`, by rule 19."""
-
-    @abc.abstractmethod
-    def _set_schedule(
-        self,
-        job: str,
-        by: str,
-        source: str,
-        schedule: Optional[str],
-        tz: Optional[str],
-        task: Optional[str],
-        kwargs: Dict[str, Any],
-        options: Dict[str, Any],
-    ) -> StoredSchedule:
-        """:meth:`set_schedule`, by rule 24, with its fields as the store keeps them."""
-
-    # -- for leasecron check ---------------------------------------------------------------
-
-    def server_version(self) -> str:
-        """The kind and version of the server behind the store, for ``leasecron check``.
-
-        For example ``Redis 7.0.15``, ``Valkey 9.1.2`` or ``SQLite 3.40.1``. A
-        store written by a user may keep this default.
-        """
-        return type(self).__name__
-
-    def durability_warnings(self) -> List[str]:
-        """What in the server's configuration can make it forget a lease, for ``leasecron check``.
-
-        Empty when nothing is known to be wrong (the default).
-        """
-        return []
-
-    def replication(self) -> List[str]:
-        """How the server's writes are copied, for ``leasecron check``: one line per fact (the
-        primary, each replica or standby with its state and lag, the settings that decide what a
-        failover can lose). Empty for a store without replicas (the default); a risk to exactly
-        once belongs in :meth:`durability_warnings`."""
-        return []
 
 
 __getattr__ = old_names_of(__name__)

@@ -6,9 +6,12 @@ import dataclasses
 from typing import Optional
 
 from ..options import DEFAULTS
-from ..states import Reason
+from ..states import Outcome, Reason
 
-__all__ = ["ClaimRequest"]
+__all__ = ["ClaimRequest", "BRIEF_OUTCOMES"]
+
+#: The answers that are brief when a claim asks so (:attr:`ClaimRequest.brief`).
+BRIEF_OUTCOMES = (Outcome.RUNNING, Outcome.DONE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,7 +19,8 @@ class ClaimRequest:
     """The arguments of one claim: what :meth:`Store._claim <leasecron.Store._claim>` decides on,
     and what :meth:`~leasecron.Store.claim_one` takes (:meth:`~leasecron.Store.claim_many`, one per
     claim). Each field is the argument of :meth:`~leasecron.Store.claim` of the same name, with the
-    same default: the job option's default (:data:`leasecron.options.DEFAULTS`), written there only."""
+    same default: the job option's default (:data:`leasecron.options.DEFAULTS`), written there only;
+    ``brief`` is this request's own."""
 
     job: str
     slot_ms: int
@@ -30,3 +34,12 @@ class ClaimRequest:
     token: Optional[str] = None
     #: The version of the job's stored schedule the slot was computed from (rule 23; 0: the code's).
     version: int = 0
+    #: Whether a ``running`` or ``done`` answer may be brief: its :attr:`~leasecron.Claim.brief`
+    #: (a :class:`~leasecron.runs.RunBrief`) in place of the whole run. The engine asks so: a losing
+    #: claim is then cheaper to read back. Every other answer carries the whole run.
+    brief: bool = False
+
+    def answers_brief(self, outcome: str) -> bool:
+        """Whether this claim's answer ``outcome`` carries a :class:`~leasecron.runs.RunBrief` in
+        place of the whole run (every store decides it here)."""
+        return self.brief and outcome in BRIEF_OUTCOMES

@@ -15,8 +15,8 @@ from ..announcements import Announcement, LiveInstance
 from ..errors import ConfigError
 from ..controls import JobState, ManualRequest
 from ..runs import Claim, Run
-from ..stored import Poll, ScheduleChanges, StoredSchedule
-from .base import ClaimRequest, Store
+from ..stored import Overview, Poll, ScheduleChanges, StoredSchedule
+from .base import ClaimRequest, Finish, Store
 
 __all__ = ["DelegatingStore"]
 
@@ -58,6 +58,16 @@ class DelegatingStore(Store):
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         """The inner store's finish."""
         return self.inner._finish(job, slot_ms, token, status, error)
+
+    def _finish_many(self, finishes: List[Finish]) -> List[bool]:
+        """The inner store's batch of finishes."""
+        return self.inner._finish_many(finishes)
+
+    def _record_return(
+        self, job: str, slot_ms: int, attempt: int, runner: str, returned_ms: int, status: str, error: Optional[str]
+    ) -> bool:
+        """The inner store's record of a return."""
+        return self.inner._record_return(job, slot_ms, attempt, runner, returned_ms, status, error)
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         """The inner store's release."""
@@ -156,6 +166,10 @@ class DelegatingStore(Store):
     def _recent_runs(self, jobs: List[str], limit: int) -> Dict[str, List[Run]]:
         """The inner store's newest runs of ``jobs`` (its own round trip, not one per job)."""
         return self.inner._recent_runs(jobs, limit)
+
+    def _overview(self, jobs: List[str]) -> Overview:
+        """The inner store's overview (its own round trips, not the reads one by one)."""
+        return self.inner._overview(jobs)
 
     def _jobs(self) -> List[str]:
         """The inner store's job names."""

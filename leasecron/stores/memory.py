@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
 from ..states import RequestState, Status
-from ..stored import ScheduleChanges, StoredSchedule
+from ..stored import FINISHED_STATUSES, ScheduleChanges, StoredSchedule
 from .records import Record
 from .rules import TableStore
 from .table import NewSlot, Table
@@ -68,6 +68,19 @@ class _MemoryTable(Table):
 
     def recent(self, jobs: List[str], limit: int) -> Dict[str, List[Record]]:
         return {job: self.latest(job, limit) for job in jobs}
+
+    def summaries(self, jobs: List[str]) -> Dict[str, Tuple[Record, Dict[str, int]]]:
+        found = {}
+        for job in jobs:
+            slots = self._runs.get(job)
+            if not slots:
+                continue
+            ends: Dict[str, int] = {}
+            for record in slots.values():
+                if record.status in FINISHED_STATUSES and record.finished_ms is not None:
+                    ends[record.status] = max(ends.get(record.status, record.finished_ms), record.finished_ms)
+            found[job] = (dataclasses.replace(slots[max(slots)]), ends)
+        return found
 
     def jobs(self) -> List[str]:
         return sorted(self._runs)

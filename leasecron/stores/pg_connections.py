@@ -15,12 +15,12 @@ import os
 import select
 import threading
 import time
-import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, List
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from . import require
+from .forks import forget_in_child
 from .urls import masked_url, without_secrets
 
 __all__ = [
@@ -76,7 +76,7 @@ class Pool:
         self._cond = threading.Condition()
         self._pid = os.getpid()
         self._closed = False
-        _POOLS.add(self)
+        forget_in_child(self)
 
     def _after_fork_in_child(self) -> None:
         # Runs in the child before any of its threads: the parent's connections are not ours, and
@@ -163,18 +163,6 @@ class Pool:
         self.discard_idle()
 
 
-_POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
-
-
-def _reset_pools_after_fork() -> None:
-    for pool in list(_POOLS):
-        pool._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_pools_after_fork)
-
-
 class Cursor:
     """A psycopg2 cursor whose ``execute`` waits for the answer for at most ``timeout_s``
     on an asynchronous connection (and simply blocks on a caller's connection)."""
@@ -191,6 +179,9 @@ class Cursor:
         self._cursor.execute(sql, params)
         if self.connection.async_:
             wait(self._psycopg2, self.connection, self._timeout_s, self._doing)
+            # psycopg2 moves the notices that came in with the answer (a cancelled wait for the
+            # synchronous standbys: rule 22) into ``notices`` at the connection's next poll only
+            self.connection.poll()
         if self.connection.notices:
             unconfirmed(self.connection.notices, self._doing)
 

@@ -23,7 +23,8 @@ __all__ = ["PgSchema", "SCHEMA_VERSION"]
 #: claim function takes the retry of a claim that won (same token and runner) as that attempt again.
 #: 3: pauses, requests for manual runs, and the attempts of every run. 4: stored schedules, and the
 #: claim answers a new claim from an older schedule version stale (rule 23). 5: the instances'
-#: announcements.
+#: announcements. 6: the claim answers a run that ended or holds a live lease from one read, before
+#: it takes the job's lock. 7: the record of a handler's return on its attempt (rule 26).
 SCHEMA_VERSION = latest_version("postgres")
 
 

@@ -28,6 +28,7 @@ on a fleet rolled back to 0.2.
 from __future__ import annotations
 
 import json
+import weakref
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -37,14 +38,14 @@ from ..controls import JobState, ManualRequest
 from ..errors import ConfigError
 from ..runs import MAX_ATTEMPTS_KEPT, Claim, Run
 from ..states import RequestState
-from ..stored import Poll, ScheduleChanges, StoredSchedule
-from . import require
-from .base import REQUESTS_KEPT, ClaimRequest, Store
+from ..stored import Overview, Poll, ScheduleChanges, StoredSchedule
+from . import pg_rows, require
+from .base import REQUESTS_KEPT, ClaimRequest, Finish, Store
 from .pg_connections import DEFAULT_TIMEOUT_S, Cursor, Pool, pooled_cursor, with_defaults
 from .pg_replication import Replication
 from .queries import check_identifier, load_queries
 from .pg_schema import SCHEMA_VERSION, PgSchema
-from .pg_rows import changes_of, job_state_of, no_nul, request_of, run_of, schedule_of
+from .pg_rows import batch_claim_of, changes_of, claim_of, job_state_of, no_nul, request_of, run_of, schedule_of
 from .records import new_token
 from .urls import masked_url
 
@@ -124,6 +125,9 @@ class PostgresStore(Store):
             self._owns_pool = True
             self._label = masked_url(dsn)
         self._schema = PgSchema(self._q, self.schema, self.table)
+        #: The connections whose session holds the prepared claim (``claim_prepare``).
+        self._prepared: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._prepare_and_claim = f"{self._q['claim_prepare']}; {self._q['claim_execute']}"
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> "PostgresStore":
@@ -193,11 +197,30 @@ class PostgresStore(Store):
         return int(self._one("now", "reading the server's clock")[0])
 
     def _claim(self, request: ClaimRequest) -> Claim:
-        params = {**vars(request), "keep_attempts": MAX_ATTEMPTS_KEPT}
-        if request.token is None:
-            params["token"] = new_token()
-        row = self._one("claim", f"claim of {request.job!r}", **params)
-        return Claim(row[0], None if row[1] is None else run_of(row[1:]))
+        """One statement: the session's prepared claim (``claim_prepare`` in ``queries.sql``),
+        prepared in the same round trip as the connection's first claim, and again if the
+        session lost it (a pooler between the store and the server); a session that holds it
+        already (another store on the same pool) is only marked."""
+        params = (
+            request.job, request.slot_ms, request.token or new_token(), request.runner, request.reason,
+            request.lease_ms, request.max_attempts, request.max_late_ms, request.overlap, request.history_size,
+            MAX_ATTEMPTS_KEPT, request.version,
+        )  # fmt: skip
+        with self._cursor(f"claim of {request.job!r}") as cur:
+            conn = cur.connection
+            if conn in self._prepared:
+                try:
+                    cur.execute(self._q["claim_execute"], params)
+                except self._psycopg2.errors.InvalidSqlStatementName:
+                    self._prepared.discard(conn)
+            if conn not in self._prepared:
+                try:
+                    cur.execute(self._prepare_and_claim, params)
+                except self._psycopg2.errors.DuplicatePreparedStatement:
+                    cur.execute(self._q["claim_execute"], params)
+                self._prepared.add(conn)
+            row = cur.fetchone()
+        return claim_of(request, row)
 
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
         """One statement per :data:`BATCH_MAX` claims (see ``claim_many`` in ``queries.sql``)."""
@@ -215,7 +238,7 @@ class PostgresStore(Store):
                 "versions": [r.version for r in chunk], "keep_attempts": MAX_ATTEMPTS_KEPT,
             }  # fmt: skip
             rows = sorted(self._all("claim_many", f"claims of {len(chunk)} jobs", **params), key=lambda row: row[0])
-            answers += [Claim(row[1], None if row[2] is None else run_of(row[2:])) for row in rows]
+            answers += [batch_claim_of(request, row) for request, row in zip(chunk, rows)]
         return answers
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
@@ -226,6 +249,27 @@ class PostgresStore(Store):
         params = {"job": job, "slot_ms": slot_ms, "token": token, "status": status}
         params["error"] = None if error is None else no_nul(error)
         return bool(self._one("finish", f"finish of {job!r}", **params)[0])
+
+    def _finish_many(self, finishes: List[Finish]) -> List[bool]:
+        """One statement per :data:`BATCH_MAX` finishes (``finish_many`` in ``queries.sql``; rule 25)."""
+        answers: List[bool] = []
+        for start in range(0, len(finishes), BATCH_MAX):
+            chunk = finishes[start : start + BATCH_MAX]
+            params = {
+                "jobs": [f.job for f in chunk], "slots": [f.slot_ms for f in chunk], "tokens": [f.token for f in chunk],
+                "statuses": [f.status for f in chunk],
+                "errors": [None if f.error is None else no_nul(f.error) for f in chunk],
+            }  # fmt: skip
+            rows = sorted(self._all("finish_many", f"finishes of {len(chunk)} runs", **params))
+            answers += [bool(row[1]) for row in rows]
+        return answers
+
+    def _record_return(
+        self, job: str, slot_ms: int, attempt: int, runner: str, returned_ms: int, status: str, error: Optional[str]
+    ) -> bool:
+        error = None if error is None else no_nul(error)
+        params = {"job": job, "slot_ms": slot_ms, "attempt": attempt, "runner": runner, "status": status}
+        return bool(self._one("record_return", f"return of {job!r}", returned_ms=returned_ms, error=error, **params)[0])
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         params = {"job": job, "slot_ms": slot_ms, "token": token}
@@ -282,8 +326,7 @@ class PostgresStore(Store):
         rows = self._rows_since(_SCHEDULES_VERSION, "poll", "polling for requests and schedule changes", since=since)
         if not rows:  # an older schema, read as it is: no stored schedule
             return Poll(self._pending_requests(), ScheduleChanges(since))
-        cursor, changes, requests = rows[0]
-        return Poll([request_of(item[0], item[1:]) for item in requests], changes_of(cursor, changes))
+        return pg_rows.poll_of(rows[0])
 
     def _poll_announcing(self, since: int, announce: Announcement) -> Poll:
         """One statement (``poll_announcing``): the announcement kept, then what :meth:`_poll` reads."""
@@ -291,8 +334,7 @@ class PostgresStore(Store):
             return self._poll(since)
         params = self._announce_params(announce)
         doing = "polling for requests and schedule changes"
-        cursor, changes, requests = self._one("poll_announcing", doing, since=since, **params)
-        return Poll([request_of(item[0], item[1:]) for item in requests], changes_of(cursor, changes))
+        return pg_rows.poll_of(self._one("poll_announcing", doing, since=since, **params))
 
     def _announce_params(self, announcement: Announcement) -> Dict[str, Any]:
         return {"runner": announcement.runner, "body": announcement.to_json(), "ttl": self.instance_ttl_ms}
@@ -332,6 +374,11 @@ class PostgresStore(Store):
             found[run.job].append(run)
         return found
 
+    def _overview(self, jobs: List[str]) -> Overview:
+        """One statement (``overview``), one snapshot; from a schema older than 4 the reads one by one."""
+        rows = self._rows_since(_SCHEDULES_VERSION, "overview", f"reading the overview of {len(jobs)} jobs", jobs=jobs)
+        return pg_rows.overview_of(jobs, rows[0]) if rows else super()._overview(jobs)
+
     def _jobs(self) -> List[str]:
         return [row[0] for row in self._all("jobs", "listing jobs")]
 
@@ -351,10 +398,8 @@ class PostgresStore(Store):
         if settings.get("fsync") == "off":
             warnings.append("fsync is off: a crash of the server's host can lose or corrupt leases")
         if settings.get("synchronous_commit") == "off":
-            warnings.append(
-                "synchronous_commit is off: a crash of the server can lose the last claims and"
-                " heartbeats it acknowledged"
-            )
+            warnings.append("synchronous_commit is off: a crash of the server can lose the last claims and"
+                            " heartbeats it acknowledged")  # fmt: skip
         return warnings + self._replication().warnings()
 
     def replication(self) -> List[str]:

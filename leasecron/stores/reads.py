@@ -1,4 +1,5 @@
-"""The read-only contract of a store: its clock, the reads of runs, jobs, pauses and requests, and close.
+"""The read-only contract of a store: its clock, the reads of runs, jobs, pauses and requests, what
+its server is (for ``leasecron check``), and close.
 
 :class:`StoreReads` is what a reader of a store needs, complete on its own: ``leasecron runs``,
 ``jobs``, ``show`` and the dashboard use a store through it alone. :class:`~leasecron.Store`
@@ -18,10 +19,13 @@ from ..announcements import INSTANCE_TTL_MS, LiveInstance
 from ..controls import JobState, ManualRequest
 from ..runs import Run
 from ..limits import check_int, check_job_name
-from ..stored import Poll, ScheduleChanges, StoredSchedule
-from .checks import check_recent_runs, check_run_key
+from ..stored import JobOverview, Overview, Poll, ScheduleChanges, StoredSchedule, overview_names
+from .checks import MAX_RECENT_JOBS, check_job_names, check_recent_runs, check_run_key
 
-__all__ = ["StoreReads"]
+__all__ = ["StoreReads", "ALL_RUNS"]
+
+#: The ``limit`` of a read of every stored run of a job (the contract's bound on integers).
+ALL_RUNS = 2**50
 
 _Reads = TypeVar("_Reads", bound="StoreReads")
 
@@ -131,6 +135,50 @@ class StoreReads(abc.ABC):
         """The names of the jobs that have stored runs, sorted."""
         return self._jobs()
 
+    def overview(self, jobs: Sequence[str] = ()) -> Overview:
+        """What a watcher of every job reads (the Prometheus gauges, ``leasecron check --app``):
+        the store's clock, the paused jobs, every stored schedule, and for each of ``jobs`` and
+        each stored job (``put_job``) its newest run and the newest end of its runs by status,
+        over every run the store keeps (:class:`~leasecron.stored.Overview`).
+
+        One call whatever the number of jobs, read at one moment where the store can:
+        PostgreSQL one statement (one snapshot); SQLite one read transaction of three statements
+        (one snapshot) and memory one section under its lock; Redis and Valkey two round trips
+        (the clock, the stored schedules and the names of the jobs paused or asked to run, in one
+        pipeline; then one script per job, each atomic on its own, in another), one per node of
+        a cluster each. A store of an older schema opened with ``create=False`` (and a store
+        that does not implement it) reads it with the reads one by one.
+
+        ``jobs`` is a sequence (a list, a tuple) of job names, any number of them (the cost grows
+        with the jobs and their stored runs); a bad one is a :class:`~leasecron.ConfigError`
+        naming it by its index, before the store is asked.
+        """
+        return self._overview(check_job_names(jobs))
+
+    # -- what the server is, for leasecron check (not the store's data) ----------------------
+
+    def server_version(self) -> str:
+        """The kind and version of the server behind the store, for ``leasecron check``.
+
+        For example ``Redis 7.0.15``, ``Valkey 9.1.2`` or ``SQLite 3.40.1``. A
+        store written by a user may keep this default.
+        """
+        return type(self).__name__
+
+    def durability_warnings(self) -> List[str]:
+        """What in the server's configuration can make it forget a lease, for ``leasecron check``.
+
+        Empty when nothing is known to be wrong (the default).
+        """
+        return []
+
+    def replication(self) -> List[str]:
+        """How the server's writes are copied, for ``leasecron check``: one line per fact (the
+        primary, each replica or standby with its state and lag, the settings that decide what a
+        failover can lose). Empty for a store without replicas (the default); a risk to exactly
+        once belongs in :meth:`durability_warnings`."""
+        return []
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store's connections. The store is not used afterwards."""
@@ -197,3 +245,18 @@ class StoreReads(abc.ABC):
     @abc.abstractmethod
     def _jobs(self) -> List[str]:
         """:meth:`jobs`."""
+
+    def _overview(self, jobs: List[str]) -> Overview:
+        """:meth:`overview` of distinct, checked names: the reads one by one (the clock first,
+        then the pauses, the schedules and every stored run of each job, in calls of
+        :meth:`_recent_runs` of at most 1,000 jobs), unless the backend does better."""
+        now = self.now_ms()
+        paused = frozenset(state.job for state in self._job_states() if state.paused)
+        schedules = {record.job: record for record in self._schedule_changes(0).changes}
+        names = overview_names(jobs, schedules.values())
+        found: Dict[str, JobOverview] = {}
+        for start in range(0, len(names), MAX_RECENT_JOBS):
+            chunk = names[start : start + MAX_RECENT_JOBS]
+            runs = self._recent_runs(chunk, ALL_RUNS)
+            found.update((job, JobOverview.of_runs(job, runs.get(job, []))) for job in chunk)
+        return Overview(now, paused, schedules, found)

@@ -13,27 +13,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
-from ..runs import MAX_ATTEMPTS_KEPT, Attempt, Run, slot_datetime
-from ..states import AttemptOutcome, RequestState, Status
+from ..runs import MAX_ATTEMPTS_KEPT, Attempt, Run, RunBrief, slot_datetime
+from ..states import AttemptOutcome, Status
 
 __all__ = [
     "Record",
     "attempts_json",
     "new_token",
-    "read_pause",
+    "read_brief",
     "read_record",
-    "read_request",
     "stored_attempts_json",
+    "stored_int",
+    "stored_text",
 ]
 
 _STATUSES = Status.values()
 
 _OUTCOMES = AttemptOutcome.values()
-_REQUEST_STATES = RequestState.values()
+#: What a recorded return (rule 26) says the handler did.
+_RETURNS = (Status.SUCCESS.value, Status.FAILED.value)
 #: The last millisecond of the year 9999, the last a slot's datetime can hold.
 MAX_SLOT_MS = 253_402_300_799_999
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -85,6 +86,13 @@ class Record:
             self.handovers > 0, self.reason, self.error, self.started_ms, self.finished_ms, self.attempts,
         )  # fmt: skip
 
+    def brief(self) -> RunBrief:
+        """What a brief answer carries of this record (:class:`~leasecron.runs.RunBrief`)."""
+        return RunBrief(
+            self.job, self.slot_ms, self.attempt, self.token, self.runner, self.status, self.lease_end_ms,
+            self.handovers > 0, self.manual,
+        )  # fmt: skip
+
     def won_by(self, token: Optional[str], runner: str) -> bool:
         """Whether a claim by ``runner`` with ``token`` is the retry of the claim that won the
         current attempt: it is running with that token and runner, and was not released."""
@@ -101,8 +109,23 @@ class Record:
         ``handed_over``)."""
         last = self.attempts[-1] if self.attempts else None
         if last is not None and last.number == self.attempt:
-            ended = Attempt(last.number, last.runner, last.reason, last.started_ms, ended_ms, outcome, error)
+            ended = Attempt(
+                last.number, last.runner, last.reason, last.started_ms, ended_ms, outcome, error,
+                last.returned_ms, last.returned, last.returned_error,
+            )  # fmt: skip
             self.attempts = self.attempts[:-1] + (ended,)
+
+    def record_return(self, attempt: int, runner: str, returned_ms: int, status: str, error: Optional[str]) -> bool:
+        """Rule 26: give attempt number ``attempt``, if it is kept, was made by ``runner`` and has
+        no return recorded, its handler's return; whether it did. Nothing else changes."""
+        for index, kept in enumerate(self.attempts):
+            if kept.number == attempt:
+                if kept.runner != runner or kept.returned is not None:
+                    return False
+                returned = dataclasses.replace(kept, returned_ms=returned_ms, returned=status, returned_error=error)
+                self.attempts = self.attempts[:index] + (returned,) + self.attempts[index + 1 :]
+                return True
+        return False
 
     def close_attempt(self) -> None:
         """End the current attempt because its lease is over (a next attempt takes over, or the run
@@ -141,6 +164,26 @@ def read_record(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Record:
     except (TypeError, ValueError, OverflowError, OSError) as exc:
         raise StoreError(f"the stored run of job {job!r} at slot {slot_ms} is unreadable: {exc}") from exc
     return record
+
+
+def read_brief(job: str, slot_ms: object, fields: Mapping[str, Any]) -> RunBrief:
+    """The brief of the record a store read for ``job`` at ``slot_ms`` (``fields`` as
+    :func:`read_record` takes them): only its fields are read and checked, in one pass; a record
+    whose fields are not as a store writes them is read whole, so that what was tampered with is
+    a :class:`~leasecron.StoreError` naming the run and the field. A losing claim's answer is
+    read so (every instance but one loses each slot)."""
+    get = fields.get
+    slot, attempt, lease_end = _written_int(slot_ms), _written_int(get("attempt")), _written_int(get("lease_end_ms"))
+    handovers = _written_int(get("handovers"))
+    token, runner, status, manual = get("token"), get("runner"), get("status"), get("manual", False)
+    if (
+        slot is None or attempt is None or lease_end is None or handovers is None or handovers < 0
+        or type(token) is not str or type(runner) is not str or type(status) is not str or status not in _STATUSES
+        or type(manual) not in _FLAG_TYPES or manual not in _FLAGS
+        or slot > MAX_SLOT_MS or attempt < 1
+    ):  # fmt: skip
+        return read_record(job, slot_ms, fields).brief()
+    return RunBrief(job, slot, attempt, token, runner, status, lease_end, handovers > 0, _FLAGS[manual])
 
 
 def _record_as_written(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Optional[Record]:
@@ -183,19 +226,19 @@ def _field_by_field(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Rec
     the first field that is wrong."""
     record = Record(
         job=job,
-        slot_ms=_stored_int(slot_ms, "slot_ms", 0),
-        attempt=_stored_int(fields["attempt"], "attempt", 1),
-        token=_stored_text(fields["token"], "token"),
-        runner=_stored_text(fields["runner"], "runner"),
-        status=_stored_text(fields["status"], "status"),
-        lease_end_ms=_stored_int(fields["lease_end_ms"], "lease_end_ms"),
+        slot_ms=stored_int(slot_ms, "slot_ms", 0),
+        attempt=stored_int(fields["attempt"], "attempt", 1),
+        token=stored_text(fields["token"], "token"),
+        runner=stored_text(fields["runner"], "runner"),
+        status=stored_text(fields["status"], "status"),
+        lease_end_ms=stored_int(fields["lease_end_ms"], "lease_end_ms"),
         released=_stored_flag(fields.get("released", False), "released"),
-        handovers=_stored_int(fields["handovers"], "handovers", 0),
-        reason=_stored_text(fields["reason"], "reason"),
-        error=None if fields.get("error") is None else _stored_text(fields["error"], "error"),
-        started_ms=_stored_int(fields["started_ms"], "started_ms"),
+        handovers=stored_int(fields["handovers"], "handovers", 0),
+        reason=stored_text(fields["reason"], "reason"),
+        error=None if fields.get("error") is None else stored_text(fields["error"], "error"),
+        started_ms=stored_int(fields["started_ms"], "started_ms"),
         finished_ms=(
-            None if fields.get("finished_ms") is None else _stored_int(fields["finished_ms"], "finished_ms")
+            None if fields.get("finished_ms") is None else stored_int(fields["finished_ms"], "finished_ms")
         ),
         manual=_stored_flag(fields.get("manual", False), "manual"),
     )
@@ -206,7 +249,9 @@ def _field_by_field(job: str, slot_ms: object, fields: Mapping[str, Any]) -> Rec
     return record
 
 
-def _stored_int(value: object, field: str, minimum: Optional[int] = None) -> int:
+def stored_int(value: object, field: str, minimum: Optional[int] = None) -> int:
+    """A stored integer ``field`` (an int, or its decimal text), at least ``minimum``; else TypeError
+    or ValueError naming the field."""
     if type(value) is int and (minimum is None or value >= minimum):  # as SQL drivers read it: at once
         return value
     if isinstance(value, str) and value.lstrip("-").isdigit():
@@ -226,7 +271,8 @@ def _stored_flag(value: object, field: str) -> bool:
     raise TypeError(f"{field} is {shown(value)}, not a flag (0 or 1)")
 
 
-def _stored_text(value: object, field: str) -> str:
+def stored_text(value: object, field: str) -> str:
+    """A stored text ``field``; else TypeError naming the field."""
     if not isinstance(value, str):
         raise TypeError(f"{field} is {shown(value)}, not text")
     return value
@@ -242,56 +288,20 @@ def stored_attempts_json(record: Record) -> Optional[str]:
 def attempts_json(attempts: Tuple[Attempt, ...]) -> str:
     """The JSON text a store keeps ``attempts`` as: an array of objects ``{"number", "runner",
     "reason", "started_ms", "ended_ms", "outcome", "error"}``, oldest first, the newest
-    ``MAX_ATTEMPTS_KEPT``."""
-    return _ENCODER.encode(
-        [
-            {
-                "number": a.number, "runner": a.runner, "reason": a.reason, "started_ms": a.started_ms,
-                "ended_ms": a.ended_ms, "outcome": a.outcome, "error": a.error,
-            }
-            for a in attempts
-        ]
-    )  # fmt: skip
+    ``MAX_ATTEMPTS_KEPT``; an attempt with a recorded return (rule 26) also has ``"returned_ms"``,
+    ``"returned"`` and ``"returned_error"``."""
+    return _ENCODER.encode([_attempt_object(a) for a in attempts])
 
 
-def read_request(job: str, fields: Mapping[str, Any]) -> ManualRequest:
-    """A stored request for a manual run of ``job`` (fields ``slot_ms``, ``requested_by``,
-    ``expires_ms`` and ``state``, as stored), checked field by field like :func:`read_record`."""
-    slot_ms = fields.get("slot_ms")
-    unreadable = f"the stored request of job {job!r} at slot {slot_ms} is unreadable"
-    try:
-        made = ManualRequest(
-            job=job,
-            slot_ms=_stored_int(fields["slot_ms"], "slot_ms", 0),
-            requested_by=_stored_text(fields["requested_by"], "requested_by"),
-            expires_ms=_stored_int(fields["expires_ms"], "expires_ms"),
-            state=_stored_text(fields["state"], "state"),
-        )
-        if made.state not in _REQUEST_STATES:
-            raise ValueError(f"state is {shown(made.state)}, not one of {', '.join(_REQUEST_STATES)}")
-    except KeyError as exc:
-        raise StoreError(f"{unreadable}: {exc} is missing") from exc
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"{unreadable}: {exc}") from exc
-    return made
-
-
-def read_pause(job: str, fields: Mapping[str, Any]) -> JobState:
-    """A stored pause of ``job`` (fields ``paused_by``, ``paused_ms`` and ``note``), checked field by
-    field like :func:`read_record`: the job's state, paused, without its requests."""
-    try:
-        note = fields.get("note")
-        return JobState(
-            job,
-            paused=True,
-            paused_by=_stored_text(fields["paused_by"], "paused_by"),
-            paused_ms=_stored_int(fields["paused_ms"], "paused_ms"),
-            note=None if note is None else _stored_text(note, "note"),
-        )
-    except KeyError as exc:
-        raise StoreError(f"the stored pause of job {job!r} is unreadable: {exc} is missing") from exc
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"the stored pause of job {job!r} is unreadable: {exc}") from exc
+def _attempt_object(a: Attempt) -> Dict[str, object]:
+    """One attempt as :func:`attempts_json` writes it."""
+    kept: Dict[str, object] = {
+        "number": a.number, "runner": a.runner, "reason": a.reason, "started_ms": a.started_ms,
+        "ended_ms": a.ended_ms, "outcome": a.outcome, "error": a.error,
+    }  # fmt: skip
+    if a.returned is not None:
+        kept.update(returned_ms=a.returned_ms, returned=a.returned, returned_error=a.returned_error)
+    return kept
 
 
 def _first_attempt(record: Record) -> Tuple[Attempt, ...]:
@@ -321,6 +331,7 @@ def _stored_attempts(value: object) -> Tuple[Attempt, ...]:
             attempt = Attempt(
                 item["number"], item["runner"], item["reason"], item["started_ms"],
                 item.get("ended_ms"), item["outcome"], item.get("error"),
+                item.get("returned_ms"), item.get("returned"), item.get("returned_error"),
             )  # fmt: skip
         except (KeyError, TypeError, AttributeError):
             attempt = _stored_attempt(item, f"attempts[{i}]")  # raises what is wrong
@@ -336,6 +347,8 @@ def _as_written(a: Attempt) -> bool:
         type(a.number) is int and a.number >= 1 and type(a.started_ms) is int and type(a.runner) is str
         and type(a.reason) is str and (a.ended_ms is None or type(a.ended_ms) is int) and a.outcome in _OUTCOMES
         and (a.error is None or type(a.error) is str)
+        and (a.returned is None if a.returned_ms is None else type(a.returned_ms) is int and a.returned in _RETURNS)
+        and (a.returned_error is None or (type(a.returned_error) is str and a.returned is not None))
     )  # fmt: skip
 
 
@@ -348,14 +361,29 @@ def _stored_attempt(item: object, where: str) -> Attempt:
     number, runner, reason, started = item["number"], item["runner"], item["reason"], item["started_ms"]
     ended, outcome, error = item.get("ended_ms"), item["outcome"], item.get("error")
     attempt = Attempt(
-        number=_stored_int(number, f"{where}.number", 1),
-        runner=_stored_text(runner, f"{where}.runner"),
-        reason=_stored_text(reason, f"{where}.reason"),
-        started_ms=_stored_int(started, f"{where}.started_ms"),
-        ended_ms=None if ended is None else _stored_int(ended, f"{where}.ended_ms"),
-        outcome=_stored_text(outcome, f"{where}.outcome"),
-        error=None if error is None else _stored_text(error, f"{where}.error"),
+        number=stored_int(number, f"{where}.number", 1),
+        runner=stored_text(runner, f"{where}.runner"),
+        reason=stored_text(reason, f"{where}.reason"),
+        started_ms=stored_int(started, f"{where}.started_ms"),
+        ended_ms=None if ended is None else stored_int(ended, f"{where}.ended_ms"),
+        outcome=stored_text(outcome, f"{where}.outcome"),
+        error=None if error is None else stored_text(error, f"{where}.error"),
     )
     if attempt.outcome not in _OUTCOMES:
         raise ValueError(f"{where}.outcome is {shown(attempt.outcome)}, not one of {', '.join(_OUTCOMES)}")
-    return attempt
+    return _stored_return(attempt, item, where)
+
+
+def _stored_return(attempt: Attempt, item: Dict[str, object], where: str) -> Attempt:
+    """``attempt`` with the return (rule 26) that ``item`` keeps, checked: all three fields or none."""
+    returned_ms, returned, returned_error = item.get("returned_ms"), item.get("returned"), item.get("returned_error")
+    if returned_ms is None and returned is None and returned_error is None:
+        return attempt
+    if returned not in _RETURNS:
+        raise ValueError(f"{where}.returned is {shown(returned)}, not one of {', '.join(_RETURNS)}")
+    return dataclasses.replace(
+        attempt,
+        returned_ms=stored_int(returned_ms, f"{where}.returned_ms"),
+        returned=returned,
+        returned_error=None if returned_error is None else stored_text(returned_error, f"{where}.returned_error"),
+    )

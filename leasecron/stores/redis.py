@@ -35,10 +35,10 @@ from ..errors import ConfigError, StoreError
 from ..limits import check_int
 from ..runs import Claim, Run
 from ..states import RequestState
-from ..stored import Poll, ScheduleChanges, StoredSchedule
+from ..stored import Overview, Poll, ScheduleChanges, StoredSchedule
 from . import require
 from .claim_request import ClaimRequest
-from .base import Store
+from .base import Finish, Store
 from .redis_calls import RedisCalls
 from .redis_clients import DEFAULT_REPLICA_WAIT_MS, open_client
 from .redis_server import durability_warnings, replication_lines, server_version
@@ -162,7 +162,7 @@ class RedisStore(Store):
     ) -> List[Claim]:
         """The claims claim.lua answered, once the replicas hold what they wrote (rule 22) and the
         jobs set and the index of requests know it (``docs/design.rst``, The stores: Redis)."""
-        read = [read_claim(request.job, reply) for request, reply in zip(requests, replies)]
+        read = [read_claim(request, reply) for request, reply in zip(requests, replies)]
         self._calls.confirm(acks, any(answer.wrote for answer in read), doing)
         answers, firsts = [], []
         for request, (claim, first, requested_by, state, _) in zip(requests, read):
@@ -202,6 +202,34 @@ class RedisStore(Store):
         if error is not None:
             args += (error,)
         return bool(self._confirmed("finish", job, *args))
+
+    def _finish_many(self, finishes: List[Finish]) -> List[bool]:
+        """Rule 25: one call of finish_many.lua with every finish (one round trip), or on a cluster
+        one pipeline of finish.lua calls (one round trip per node: the jobs' keys lie on several)."""
+        doing = f"finishes of {len(finishes)} runs"
+        if self._calls.cluster:
+            jobs = [finish.job for finish in finishes]
+            args: List[Tuple[Union[str, int], ...]] = [
+                (f.slot_ms, f.token, f.status) if f.error is None else (f.slot_ms, f.token, f.status, f.error)
+                for f in finishes
+            ]
+            replies, acks = self._calls.script_many("finish", jobs, args, doing, wait=self._calls.wait)
+        else:
+            script = self._calls.scripts["finish_many"]
+            keys = [key for finish in finishes for key in script.job_keys(self.prefix, finish.job)]
+            flat: List[Union[str, int]] = []
+            for f in finishes:
+                flat += (f.slot_ms, f.token, f.status, "0" if f.error is None else "1", f.error or "")
+            (replies,), acks = self._calls.at_once(doing, [(script, keys, flat)], self._calls.wait)
+        answers = [bool(reply) for reply in replies]
+        self._calls.confirm(acks, any(answers), doing)
+        return answers
+
+    def _record_return(
+        self, job: str, slot_ms: int, attempt: int, runner: str, returned_ms: int, status: str, error: Optional[str]
+    ) -> bool:
+        args: Tuple[Union[str, int], ...] = (slot_ms, attempt, runner, returned_ms, status)
+        return bool(self._confirmed("record_return", job, *(args if error is None else args + (error,))))
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         return bool(self._confirmed("release", job, slot_ms, token))
@@ -318,6 +346,11 @@ class RedisStore(Store):
         doing = f"reading the runs of {len(jobs)} jobs"
         replies, _ = self._calls.script_many("runs", jobs, [("runs", limit)] * len(jobs), doing)
         return {job: read_runs(job, reply) for job, reply in zip(jobs, replies)}
+
+    def _overview(self, jobs: List[str]) -> Overview:
+        """Two round trips, one per node of a cluster each (:meth:`RedisCalls.overview
+        <leasecron.stores.redis_calls.RedisCalls.overview>`: overview.lua once per job)."""
+        return self._calls.overview(self._controlled_key, jobs)
 
     def _jobs(self) -> List[str]:
         def queue(pipe: Any, name: str) -> None:

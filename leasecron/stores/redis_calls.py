@@ -3,10 +3,11 @@
 One command, one script on one job's keys, one script for many jobs in one pipeline (one round
 trip, one per node of a cluster, each call atomic on its own), the index of open requests, the
 changelog of stored schedules (written with the job's own script in one ``MULTI``/``EXEC``, but
-on a cluster), a poll of both in one pipeline, and the names in a set each read with a pipeline
-of plain commands. The one idea: every redis-py error leaves here as a
-:class:`~leasecron.StoreError` (or :class:`~leasecron.StoreUnavailable`) that names what was
-being done; and a write the store's replicas did not confirm in time is never answered (rule 22).
+on a cluster), a poll of both in one pipeline, the names in a set each read with a pipeline
+of plain commands, and a whole store's overview in two pipelines. The one idea: every redis-py
+error leaves here as a :class:`~leasecron.StoreError` (or :class:`~leasecron.StoreUnavailable`)
+that names what was being done; and a write the store's replicas did not confirm in time is
+never answered (rule 22).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import StoreUnavailable
-
-from .redis_replies import text
+from ..stored import Overview, overview_names
+from .redis_replies import read_changes, read_job_overview, text
 from .redis_scripts import ScriptCall, Wait, changelog_keys, instances_keys, load_scripts, run_scripts, schedule_key
 from .redis_server import store_error
 
@@ -190,3 +191,43 @@ class RedisCalls:
         replies = self.call(doing, read)
         each = len(replies) // len(names)
         return [(name, replies[i * each : (i + 1) * each]) for i, name in enumerate(names)]
+
+    def overview(self, controlled_key: str, jobs: List[str]) -> Overview:
+        """:meth:`~leasecron.Store.overview` of ``jobs`` in two round trips (one per node of a
+        cluster each): the server's clock, changes.lua's read of every stored schedule and the
+        names in ``controlled_key`` (the jobs ever paused or asked to run) in one pipeline; then
+        overview.lua for each job to summarise and each of those names (is it paused?) in
+        another, each call atomic on its own (the jobs are read moments apart, as a pipeline of
+        reads of one job each is)."""
+        doing = "reading the overview of the jobs"
+        clock, changes, controlled = self._overview_start(controlled_key, doing)
+        schedules = {record.job: record for record in read_changes(0, changes).changes}
+        names = overview_names(jobs, schedules.values())
+        every = list(dict.fromkeys([*names, *sorted(text(name) for name in controlled)]))
+        replies = self.script_many("overview", every, [()] * len(every), doing)[0] if every else []
+        read = {job: read_job_overview(job, reply) for job, reply in zip(every, replies)}
+        now = int(clock[0]) * 1000 + int(clock[1]) // 1000
+        paused = frozenset(job for job, (is_paused, _) in read.items() if is_paused)
+        return Overview(now, paused, schedules, {job: read[job][1] for job in names})
+
+    def _overview_start(self, controlled_key: str, doing: str) -> Tuple[Any, Any, Any]:
+        """``TIME``, changes.lua's ``read`` from cursor 0 and ``SMEMBERS controlled_key`` in one
+        pipeline (on a cluster the clock is that of the changelog's node); changes.lua sent again
+        once loaded if the server had lost it."""
+        changes = self.scripts["changes"]
+        node = self.client.get_node_from_key(self.changelog_keys[0]) if self.cluster else None
+
+        def read() -> List[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command("TIME", **({"target_nodes": node} if node is not None else {}))
+            pipe.execute_command("EVALSHA", changes.sha, len(self.changelog_keys), *self.changelog_keys, "read", 0)
+            pipe.smembers(controlled_key)
+            return list(pipe.execute(raise_on_error=False))
+
+        replies = self.call(doing, read)
+        if isinstance(replies[1], self._redis.exceptions.NoScriptError):
+            replies[1] = self.changelog(doing, "read", 0)  # loads it again
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise store_error(self._redis, reply, doing) from reply
+        return replies[0], replies[1], replies[2]

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError
+from .redis_packing import command_packer
 from .redis_server import store_error
 from .urls import masked_url, without_secrets
 
@@ -96,6 +97,7 @@ def _direct(
     if cluster in ("true", "1", "yes"):
         if "retry" not in client_options:  # a cluster client takes its retries otherwise
             options.pop("retry")
+        options.pop("command_packer", None)  # a cluster client gives its nodes no packer
         return redis.cluster.RedisCluster.from_url(target, **options)
     pool = options.pop("connection_pool_class").from_url(target, **options)  # Redis.from_url takes no class
     return redis.Redis.from_pool(pool)
@@ -110,6 +112,9 @@ def _pool_options(redis: Any, query: Dict[str, List[str]], client_options: Dict[
         "max_connections": DEFAULT_MAX_CONNECTIONS,
         "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0),
     }
+    packer = command_packer(redis, client_options)
+    if packer is not None:  # the same bytes, packed at once (stores/redis_packing.py)
+        options["command_packer"] = packer
     options.update(client_options)
     # the wait for a free connection: as long as a call may take, the URL's socket_timeout if it has one
     wait = query.get("socket_timeout", [""])[-1]

@@ -16,15 +16,16 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from ..announcements import LiveInstance, read_announcement
 from ..controls import JobState, ManualRequest
 from ..errors import StoreError, shown
-from ..runs import Claim, Run
+from ..runs import Claim, Run, RunBrief
 from ..states import Outcome, RequestState, ScheduleSource
-from ..stored import ScheduleChanges, StoredSchedule
+from ..stored import FINISHED_STATUSES, JobOverview, ScheduleChanges, StoredSchedule
 from .claim_request import ClaimRequest
-from .records import new_token, read_record
+from .records import new_token, read_brief, read_record
 
 __all__ = [
     "text",
     "read_run",
+    "read_run_brief",
     "read_runs",
     "claim_args",
     "ClaimReply",
@@ -35,6 +36,7 @@ __all__ = [
     "schedule_args",
     "read_schedule",
     "read_changes",
+    "read_job_overview",
 ]
 
 
@@ -53,6 +55,17 @@ def _json(raw: Union[str, bytes], unreadable: Callable[[], str]) -> Any:
 def read_run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]) -> Run:
     """The run stored as JSON ``raw``; StoreError naming the job and slot if it was tampered with."""
     slot_text = text(slot)
+    return read_record(job, slot_text, _run_object(job, slot_text, raw)).to_run()
+
+
+def read_run_brief(job: str, slot: Union[str, bytes], raw: Union[str, bytes]) -> RunBrief:
+    """:func:`read_run`, only what a brief answer carries (:func:`~leasecron.stores.records.read_brief`)."""
+    slot_text = text(slot)
+    return read_brief(job, slot_text, _run_object(job, slot_text, raw))
+
+
+def _run_object(job: str, slot_text: str, raw: Optional[Union[str, bytes]]) -> Dict[str, Any]:
+    """The JSON object of a stored run; StoreError naming the job and slot if it is none."""
 
     def unreadable() -> str:  # the message is made only for a run that is
         return f"the stored run of job {job!r} at slot {slot_text} is unreadable"
@@ -60,7 +73,7 @@ def read_run(job: str, slot: Union[str, bytes], raw: Optional[Union[str, bytes]]
     data = _json(raw, unreadable) if raw is not None else None
     if type(data) is not dict:
         raise StoreError(f"{unreadable()}: {shown(data)} is no JSON object")
-    return read_record(job, slot_text, data).to_run()
+    return data
 
 
 def read_runs(job: str, reply: Sequence[Any]) -> List[Run]:
@@ -93,10 +106,18 @@ class ClaimReply(NamedTuple):
     wrote: bool
 
 
-def read_claim(job: str, reply: Sequence[Any]) -> ClaimReply:
-    """The answer of claim.lua's ``reply``."""
-    outcome, at, raw = reply[:3]
-    claim = Claim(text(outcome), None if raw is None else read_run(job, at, raw))
+def read_claim(request: ClaimRequest, reply: Sequence[Any]) -> ClaimReply:
+    """The answer of claim.lua's ``reply`` to ``request`` (a brief answer: the script still sends
+    the stored JSON, cheaper than building a shorter one; only the brief's fields are read)."""
+    job = request.job
+    raw_outcome, at, raw = reply[:3]
+    outcome = text(raw_outcome)
+    if raw is None:
+        claim = Claim(outcome)
+    elif request.answers_brief(outcome):
+        claim = Claim(outcome, None, read_run_brief(job, at, raw))
+    else:
+        claim = Claim(outcome, read_run(job, at, raw))
     if len(reply) == 3:
         return ClaimReply(claim, False, None, "", claim.outcome == Outcome.WON)
     first, requested_by, state, wrote = reply[3:]
@@ -246,3 +267,14 @@ def read_instances(reply: Sequence[Any]) -> List[LiveInstance]:
             raise StoreError(f"the announcement of instance {runner!r} is unreadable: {shown(kept[:80])}")
         found.append(read_announcement(runner, body, int(started), _int(reply[i + 2])))
     return sorted(found, key=lambda instance: (instance.started_ms, instance.runner))
+
+
+def read_job_overview(job: str, reply: Sequence[Any]) -> Tuple[bool, JobOverview]:
+    """overview.lua's reply for ``job``: whether it is paused, and its :class:`~leasecron.stored.JobOverview`."""
+    paused, slot, raw, *ends = reply
+    last = None if slot is None else read_run(job, slot, raw)
+    try:
+        finished = {status: _int(ms) for status, ms in zip(FINISHED_STATUSES, ends) if ms is not None}
+    except ValueError as exc:
+        raise StoreError(f"a stored run of job {job!r} is unreadable: its finished_ms {exc}") from exc
+    return paused == 1, JobOverview(job, last, finished)

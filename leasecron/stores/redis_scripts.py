@@ -41,8 +41,11 @@ SCRIPT_KEYS = {
     "claim": 7,
     "heartbeat": 4,
     "finish": 4,
+    "finish_many": 4,  # per finish
     "release": 4,
+    "record_return": 4,
     "runs": 4,
+    "overview": 5,
     "pause": 6,
     "state": 6,
     "request": 6,
@@ -172,7 +175,7 @@ def _pipelined(
     # A cluster pipeline of redis-py 8 asks a node for the keys of each EVALSHA (COMMAND GETKEYS,
     # a round trip per call) unless it is told the node: the node holding the call's first key
     # (a job's keys share one slot). A call redirected (MOVED) is sent again by slot, as usual.
-    node_of = None if transaction else getattr(client, "get_node_from_key", None)
+    node_of = None if transaction or not hasattr(client, "get_node_from_key") else functools.partial(_node_of, client)
     nodes: Dict[str, Any] = {}
     if transaction:
         pipe.execute_command("MULTI")
@@ -197,6 +200,20 @@ def _pipelined(
     if transaction:
         replies = list(replies[len(calls) + 1])
     return replies[: len(calls)], min(int(reply) for reply in acks) if targets else None
+
+
+@functools.lru_cache(maxsize=65_536)
+def cluster_slot(key: str) -> int:
+    """The Redis Cluster hash slot of ``key`` (redis-py's CRC16 of its hash tag), computed once per
+    key: a job's keys are the same at every claim, heartbeat and finish."""
+    return int(require("redis", extra="redis", store="RedisStore").crc.key_slot(key.encode("utf-8")))
+
+
+def _node_of(client: Any, key: str) -> Any:
+    """The primary node holding ``key``'s slot, as ``client.get_node_from_key`` finds it, without
+    hashing the key again; the client's own lookup (and its error) when its map lacks the slot."""
+    nodes = client.nodes_manager.slots_cache.get(cluster_slot(key))
+    return nodes[0] if nodes else client.get_node_from_key(key)
 
 
 def _no_script(reply: Any) -> bool:

@@ -3,7 +3,8 @@
 :class:`TableStore` carries out every operation of the store contract on a
 :class:`~leasecron.stores.table.Table`, the reads and writes a backend performs inside one
 atomic section (the memory store under a lock, SQLite inside ``BEGIN IMMEDIATE``). The decisions
-live here, once, each tagged with the number of the rule it carries out (``docs/protocol.rst``);
+live here and in :mod:`~leasecron.stores.claim_rules` (a claim's), once, each tagged with the
+number of the rule it carries out (``docs/protocol.rst``);
 Redis (``claim.lua``) and PostgreSQL (its migrations) state the same rules in their own language,
 with the same tags, and the conformance suite proves all of them alike. :class:`Record`,
 :func:`new_token` (:mod:`leasecron.stores.records`) and :class:`Table` are importable from here.
@@ -18,10 +19,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..announcements import Announcement, LiveInstance, read_announcement
 from ..controls import JobState, ManualRequest
-from ..runs import EARLY_TOLERANCE_MS, LATE_TOLERANCE_MS, Claim, Run, slot_datetime
-from ..states import AttemptOutcome, Outcome, Reason, RequestState, Status
-from ..stored import Poll, ScheduleChanges, StoredSchedule
-from .base import REQUESTS_KEPT, ClaimRequest, Store
+from ..runs import LATE_TOLERANCE_MS, Claim, Run
+from ..states import AttemptOutcome, RequestState, Status
+from ..stored import JobOverview, Overview, Poll, ScheduleChanges, StoredSchedule, overview_names
+from .base import REQUESTS_KEPT, ClaimRequest, Finish, Store
+from .claim_rules import decide, settled
 from .records import Record, new_token, read_record
 from .table import NewSlot, Table
 
@@ -53,14 +55,11 @@ class TableStore(Store):
     # -- the contract --------------------------------------------------------
 
     def _claim(self, request: ClaimRequest) -> Claim:
-        settled = self._settled_claim(request)
-        if settled is not None:
-            return settled
+        answer = self._settled_claim(request)
+        if answer is not None:
+            return answer
         with self._write() as (table, now):
-            record = table.get(request.job, request.slot_ms)
-            if record is not None:
-                return _claim_existing(table, now, record, request)
-            return _claim_new(table, now, request)
+            return decide(table, now, request)
 
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
         """Rule 21: one read section settles what a read alone decides (as :meth:`_claim` does,
@@ -76,33 +75,36 @@ class TableStore(Store):
         for request, record in zip(requests, records):
             alone = request.job not in seen  # an earlier claim of its job may change what it finds
             seen.add(request.job)
-            answers.append(_settled(request, record, now) if alone else None)
+            answers.append(settled(request, record, now) if alone else None)
         undecided = [i for i, answer in enumerate(answers) if answer is None]
         for start in range(0, len(undecided), WRITES_MAX):
             with self._write() as (table, now):
                 for i in undecided[start : start + WRITES_MAX]:
-                    request = requests[i]
-                    found = table.get(request.job, request.slot_ms)
-                    if found is None:
-                        answers[i] = _claim_new(table, now, request)
-                    else:
-                        answers[i] = _claim_existing(table, now, found, request)
+                    answers[i] = decide(table, now, requests[i])
         return [answer for answer in answers if answer is not None]
 
     def _settled_claim(self, request: ClaimRequest) -> Optional[Claim]:
-        """The answer to a claim that a read alone decides, without the write lock (:func:`_settled`).
+        """The answer to a claim that a read alone decides, without the write lock
+        (:func:`~leasecron.stores.claim_rules.settled`).
 
         Most claims are of this kind (every instance but one claims each slot; a backup's
         check of a run that ended), and on SQLite the write lock is what instances queue for.
         The answer holds as of the read: a lease still alive at ``now``, read after the record,
         was alive when the record was read, and an ended run stays ended.
         """
+        record = self._read_record(request.job, request.slot_ms)
+        return None if record is None else settled(request, record, self.now_ms())
+
+    def _read_record(self, job: str, slot_ms: int) -> Optional[Record]:
+        """The record of ``job`` at ``slot_ms``, read alone: a read section, unless the backend
+        reads one record more cheaply (every claim begins with this read)."""
         with self._read() as table:
-            record = table.get(request.job, request.slot_ms)
-        return None if record is None else _settled(request, record, self.now_ms())
+            return table.get(job, slot_ms)
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
         with self._write() as (table, now):
+            if table.plain_steps:  # rule 13 in one step
+                return table.renew_current(job, slot_ms, token, now + lease_ms)
             record = _current(table, job, slot_ms, token)
             if record is None or record.released:  # rule 13 (and rule 20: no attempt changes)
                 return False
@@ -111,13 +113,24 @@ class TableStore(Store):
 
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         with self._write() as (table, now):
-            record = _current(table, job, slot_ms, token)
-            if record is None:  # rule 14
+            return _finish(table, now, Finish(job, slot_ms, token, status, error))
+
+    def _finish_many(self, finishes: List[Finish]) -> List[bool]:
+        """Rule 25: write sections of at most :data:`WRITES_MAX` finishes (one SQLite
+        transaction each), each finish decided in its turn as :meth:`_finish` decides it."""
+        answers: List[bool] = []
+        for start in range(0, len(finishes), WRITES_MAX):
+            with self._write() as (table, now):
+                answers += [_finish(table, now, finish) for finish in finishes[start : start + WRITES_MAX]]
+        return answers
+
+    def _record_return(
+        self, job: str, slot_ms: int, attempt: int, runner: str, returned_ms: int, status: str, error: Optional[str]
+    ) -> bool:
+        with self._write() as (table, _):
+            record = table.get(job, slot_ms)
+            if record is None or not record.record_return(attempt, runner, returned_ms, status, error):  # rule 26
                 return False
-            record.status = status
-            record.error = error
-            record.finished_ms = now
-            record.end_attempt(status, now, error)  # rule 20
             table.update(record)
             return True
 
@@ -238,19 +251,25 @@ class TableStore(Store):
             found = table.recent(jobs, limit)
         return {job: [record.to_run() for record in found.get(job, ())] for job in jobs}
 
+    def _overview(self, jobs: List[str]) -> Overview:
+        """One read section, its reads in one snapshot (:meth:`Table.snapshot`: the memory store's
+        lock; on SQLite one read transaction of three statements, the pauses, the schedules and the
+        jobs' runs), the clock read inside it."""
+        with self._read() as table, table.snapshot():
+            now = self.now_ms()
+            paused = frozenset(state.job for state in table.pauses())
+            schedules = {record.job: record for record in table.schedule_changes(0).changes}
+            names = overview_names(jobs, schedules.values())
+            found = table.summaries(names)
+        jobs_seen = {}
+        for job in names:
+            record, ends = found.get(job) or (None, {})
+            jobs_seen[job] = JobOverview(job, None if record is None else record.to_run(), ends)
+        return Overview(now, paused, schedules, jobs_seen)
+
     def _jobs(self) -> List[str]:
         with self._read() as table:
             return table.jobs()
-
-
-def _attempt_token(token: Optional[str], replaced: Optional[str] = None) -> str:
-    """The token of a new attempt: the claim's ``token``, unless it is None or the token of the
-    attempt it replaces (never given twice): then a new random one."""
-    return token if token is not None and token != replaced else new_token()
-
-
-def _superseded(slot_ms: int) -> str:
-    return f"superseded: slot {slot_datetime(slot_ms).isoformat()} started first"
 
 
 def _current(table: Table, job: str, slot_ms: int, token: str) -> Optional[Record]:
@@ -259,6 +278,21 @@ def _current(table: Table, job: str, slot_ms: int, token: str) -> Optional[Recor
     if record is None or record.status != Status.RUNNING or record.token != token:
         return None
     return record
+
+
+def _finish(table: Table, now: int, finish: Finish) -> bool:
+    """Rules 14 and 20: ``finish`` decided at ``now`` (in one step of the table, when it can)."""
+    if table.plain_steps and table.finish_plain(*finish, now):
+        return True
+    record = _current(table, finish.job, finish.slot_ms, finish.token)
+    if record is None:  # rule 14
+        return False
+    record.status = finish.status
+    record.error = finish.error
+    record.finished_ms = now
+    record.end_attempt(finish.status, now, finish.error)  # rule 20
+    table.update(record)
+    return True
 
 
 def _as_read(made: ManualRequest, now: int) -> ManualRequest:
@@ -271,117 +305,3 @@ def _as_read(made: ManualRequest, now: int) -> ManualRequest:
 def _job_state(table: Table, job: str, now: int) -> JobState:
     requests = tuple(_as_read(made, now) for made in table.requests(job))
     return dataclasses.replace(table.pause(job) or JobState(job), requests=requests)
-
-
-def _live(running: List[Record], now: int) -> Optional[Record]:
-    """The newest of ``running`` whose lease is alive."""
-    alive = [record for record in running if record.lease_end_ms > now]
-    return alive[-1] if alive else None
-
-
-def _claim_new(table: Table, now: int, request: ClaimRequest) -> Claim:
-    """Rules 7-12, 16, 17 and 23: the claim of a slot that has no run."""
-    job, slot_ms = request.job, request.slot_ms
-    if request.reason == Reason.TAKEOVER:  # rule 7
-        return Claim(Outcome.NONE)
-    if request.reason == Reason.MANUAL:
-        asked = table.request(job, slot_ms)
-        if asked is None or asked.state != RequestState.PENDING:  # rule 17
-            return Claim(Outcome.NONE)
-        if now > asked.expires_ms:  # rule 17
-            table.end_request(job, slot_ms, RequestState.EXPIRED)
-            return Claim(Outcome.LATE)
-        running = table.running(job)
-        alive = _live(running, now) if request.overlap == "skip" else None
-        if alive is not None:  # rule 17
-            table.end_request(job, slot_ms, RequestState.SKIPPED)
-            return Claim(Outcome.OVERLAP, alive.to_run())
-        requested = True
-    else:
-        seen = table.new_slot(job, slot_ms)
-        if seen.schedule_version > request.version:  # rule 23
-            return Claim(Outcome.STALE)
-        if seen.paused:  # rule 16
-            return Claim(Outcome.PAUSED)
-        if slot_ms > now + EARLY_TOLERANCE_MS:  # rule 8
-            return Claim(Outcome.EARLY)
-        if now - slot_ms > request.max_late_ms + LATE_TOLERANCE_MS:  # rule 9
-            return Claim(Outcome.LATE)
-        if seen.newest_scheduled_ms is not None and seen.newest_scheduled_ms > slot_ms:  # rule 9
-            newest = table.get(job, seen.newest_scheduled_ms)
-            return Claim(Outcome.LATE, None if newest is None else newest.to_run())
-        running = table.running(job)
-        alive = _live(running, now) if request.overlap == "skip" else None
-        if alive is not None:  # rule 10
-            return Claim(Outcome.OVERLAP, alive.to_run())
-        requested = seen.requested
-    for other in running:
-        if other.lease_end_ms <= now:  # rule 11
-            other.interrupt(now, _superseded(slot_ms))
-            table.update(other)
-    record = Record(  # rule 12
-        job=job,
-        slot_ms=slot_ms,
-        attempt=1,
-        token=_attempt_token(request.token),
-        runner=request.runner,
-        status=Status.RUNNING,
-        lease_end_ms=now + request.lease_ms,
-        released=False,
-        handovers=0,
-        reason=request.reason,
-        error=None,
-        started_ms=now,
-        finished_ms=None,
-        manual=request.reason == Reason.MANUAL,
-    )
-    record.begin_attempt()  # rule 20
-    table.insert(record)
-    if requested:  # rules 12 and 17: the request at this slot is claimed
-        table.end_request(job, slot_ms, RequestState.CLAIMED)
-    table.prune(job, request.history_size, now - request.max_late_ms - LATE_TOLERANCE_MS)
-    return Claim(Outcome.WON, record.to_run())
-
-
-def _settled(request: ClaimRequest, record: Optional[Record], now: int) -> Optional[Claim]:
-    """The answer a read of the slot's ``record`` alone decides at ``now``: the run has ended
-    (``done``) or holds a live lease (``running``); None otherwise (no run, a lease that ended,
-    or the retry of the claim that won the current attempt: it renews the lease, a write)."""
-    if record is None:
-        return None
-    if record.status != Status.RUNNING:  # rule 1
-        return Claim(Outcome.DONE, record.to_run())
-    if not record.won_by(request.token, request.runner) and record.lease_end_ms > now:  # rule 3
-        return Claim(Outcome.RUNNING, record.to_run())
-    return None
-
-
-def _claim_existing(table: Table, now: int, record: Record, request: ClaimRequest) -> Claim:
-    """Rules 1-6: the claim of a slot that has a run."""
-    if record.status != Status.RUNNING:  # rule 1
-        return Claim(Outcome.DONE, record.to_run())
-    if record.won_by(request.token, request.runner):  # rule 2: the retry of the claim that won this attempt
-        record.lease_end_ms = now + request.lease_ms
-        table.renew(record.job, record.slot_ms, record.lease_end_ms)
-        return Claim(Outcome.WON, record.to_run())
-    if record.lease_end_ms > now:  # rule 3
-        return Claim(Outcome.RUNNING, record.to_run())
-    newest = table.newest(record.job)
-    if newest is not None and newest.slot_ms > record.slot_ms:  # rule 4
-        record.interrupt(now, _superseded(newest.slot_ms))
-    elif record.attempt - record.handovers >= request.max_attempts:  # rule 5
-        record.interrupt(now, f"max_attempts ({request.max_attempts}) used up by runners that died")
-    else:  # rule 6
-        record.close_attempt()  # rule 20: handed_over if released, else expired
-        record.attempt += 1
-        record.token = _attempt_token(request.token, record.token)
-        record.runner = request.runner
-        record.lease_end_ms = now + request.lease_ms
-        record.released = False
-        record.reason = request.reason
-        record.started_ms = now
-        record.begin_attempt()
-        table.update(record)
-        return Claim(Outcome.WON, record.to_run())
-    table.update(record)
-    return Claim(Outcome.DONE, record.to_run())

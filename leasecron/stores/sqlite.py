@@ -15,16 +15,20 @@ import os
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..announcements import Announcement, LiveInstance
 from ..controls import JobState, ManualRequest
 from ..errors import ConfigError, StoreError, StoreUnavailable
-from ..stored import Poll, ScheduleChanges, StoredSchedule
+from ..stored import Overview, Poll, ScheduleChanges, StoredSchedule
 from .queries import check_identifier, load_queries
+from .forks import forget_in_child
+from .reads import StoreReads
+from .records import Record
 from .rules import TableStore
 from .sqlite_table import SQLiteTable
 from .table import Table
@@ -79,6 +83,9 @@ class SQLiteStore(TableStore):
         self._pid = os.getpid()
         self._schema = Schema(path, self.table, self._q, busy_timeout_ms)
         self._closed = False
+        self._in_use = 0  # connections taken and not given back: none at a fork (_before_fork)
+        self._fork_held = False  # whether _before_fork holds the pool's lock across a fork
+        forget_in_child(self)  # a forked child's store forgets its parent's connections
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> "SQLiteStore":
@@ -139,24 +146,38 @@ class SQLiteStore(TableStore):
 
     def _take(self) -> sqlite3.Connection:
         """A connection for one operation (see :meth:`_using`), the schema created or found; the
-        operation gives it back with :meth:`_put_back`."""
+        operation gives it back with :meth:`_put_back`.
+
+        Once the schema is ready, a connection's busy timeout is 0: SQLite's own busy handler
+        sleeps 1, 2, 5, 10 ... 100 ms, so the store waits for another process's lock itself, in
+        0.1-1 ms steps (:func:`~leasecron.stores.sqlite_file.begin_immediate` for a write; a
+        read statement is tried again, :class:`~leasecron.stores.sqlite_table.SQLiteTable`),
+        and a write needs no PRAGMA around its ``BEGIN``."""
         if self._closed:
             raise StoreError(f"{self!r} is closed")
-        if self._pid != os.getpid():
-            self._after_fork()
-        with self._lock:
+        with self._lock:  # a forked child's store has forgotten its parent's connections (forks.py)
             conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._connect()
+            self._in_use += 1
+        new = conn is None
         try:
+            if conn is None:
+                conn = self._connect()
             self._schema.prepare(conn, self.create)
-        except BaseException:
-            self._put_back(conn)
+            if new:  # after prepare, which waits on the store's busy timeout
+                conn.execute("PRAGMA busy_timeout = 0")
+        except BaseException as exc:
+            with self._lock:
+                self._in_use -= 1
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise store_error(exc, "cannot open a connection") from exc
             raise
         return conn
 
     def _put_back(self, conn: sqlite3.Connection) -> None:
         with self._lock:
+            self._in_use -= 1
             if not self._closed and not conn.in_transaction and len(self._idle) < MAX_IDLE_CONNECTIONS:
                 self._idle.append(conn)
                 return
@@ -181,9 +202,31 @@ class SQLiteStore(TableStore):
             raise store_error(exc, f"cannot open SQLite database {self.path!r}") from exc
         return conn
 
-    def _after_fork(self) -> None:
+    def _before_fork(self) -> None:
+        # No connection of this store may be inside a statement or a transaction at the fork:
+        # SQLite records the locks its connections hold in the process's memory, and a child
+        # copied in the middle of a read or a write would find the file's locks held forever, by
+        # connections that exist only in its copy. Wait (at most the busy timeout; an operation
+        # takes ms) until every connection is back, then hold the pool's lock across the fork.
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            self._lock.acquire()
+            if self._in_use == 0 or time.monotonic() > deadline:
+                self._fork_held = True
+                return
+            self._lock.release()
+            time.sleep(0.0005)
+
+    def _after_fork_in_parent(self) -> None:
+        if self._fork_held:
+            self._fork_held = False
+            self._lock.release()
+
+    def _after_fork_in_child(self) -> None:
         # The parent's connections must not be used in a child: forget them
         # without closing (closing could disturb the parent's transactions).
+        self._fork_held = False
+        self._in_use = 0
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._writer = threading.Lock()
@@ -226,6 +269,14 @@ class SQLiteStore(TableStore):
         if not self._older_than(_INSTANCES_VERSION):
             super()._withdraw(runner)
 
+    def _overview(self, jobs: List[str]) -> Overview:
+        """One read transaction of three statements (:meth:`TableStore._overview
+        <leasecron.stores.rules.TableStore._overview>`), or the reads one by one from a schema
+        without stored schedules (``create=False``), each reading it as it is."""
+        if self._older_than(_SCHEDULES_VERSION):
+            return StoreReads._overview(self, jobs)
+        return super()._overview(jobs)
+
     def _poll(self, since: int) -> Poll:
         """One read section (two statements), or only the requests from a schema without stored schedules."""
         if self._older_than(_SCHEDULES_VERSION):
@@ -234,36 +285,25 @@ class SQLiteStore(TableStore):
 
     # -- sections ----------------------------------------------------------------
 
-    @contextmanager
-    def _write(self) -> Iterator[Tuple[Table, int]]:
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        with self._using() as conn:
-            if not self._writer.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                raise StoreUnavailable(
-                    f"SQLite cannot begin a write transaction: the write lock stayed busy for {self.busy_timeout_ms} ms"
-                )
-            try:
-                begin_immediate(conn, deadline, self.busy_timeout_ms)
-                try:
-                    yield SQLiteTable(conn, self._q), self.now_ms()
-                    conn.execute("COMMIT")
-                except BaseException as exc:
-                    if conn.in_transaction:
-                        try:
-                            conn.execute("ROLLBACK")
-                        except sqlite3.Error:
-                            pass
-                    if isinstance(exc, sqlite3.Error):
-                        raise store_error(exc, "write failed") from exc
-                    raise
-            finally:
-                self._writer.release()
+    def _write(self) -> AbstractContextManager[Tuple[Table, int]]:
+        """One write transaction, ``BEGIN IMMEDIATE`` to ``COMMIT`` (:class:`_WriteSection`)."""
+        return _WriteSection(self)
+
+    def _read_record(self, job: str, slot_ms: int) -> Optional[Record]:
+        """One statement on a connection of the pool, without a read section's generator."""
+        conn = self._take()
+        try:
+            return SQLiteTable(conn, self._q, self.busy_timeout_ms / 1000).get(job, slot_ms)
+        except sqlite3.Error as exc:
+            raise store_error(exc, "read failed") from exc
+        finally:
+            self._put_back(conn)
 
     @contextmanager
     def _read(self) -> Iterator[Table]:
         conn = self._take()  # as _using does, without its generator: a claim begins with a read
         try:
-            yield SQLiteTable(conn, self._q)
+            yield SQLiteTable(conn, self._q, self.busy_timeout_ms / 1000)
         except sqlite3.Error as exc:
             raise store_error(exc, "read failed") from exc
         finally:
@@ -281,3 +321,61 @@ class SQLiteStore(TableStore):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, table={self.table!r})"
+
+
+class _WriteSection:
+    """A write transaction of ``store``: ``with`` yields its table and the store's ``now``, read
+    once the file's write lock is held, and commits when the block ends (rolls back when it
+    raises). The threads of one process queue on the store's lock first, so a process holds
+    at most one place in the file's queue. A class, not a generator: every winning claim,
+    heartbeat and finish opens one."""
+
+    __slots__ = ("_store", "_conn")
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> Tuple[Table, int]:
+        store = self._store
+        deadline = time.monotonic() + store.busy_timeout_ms / 1000
+        conn = self._conn = store._take()
+        try:
+            if not store._writer.acquire(timeout=store.busy_timeout_ms / 1000):
+                raise StoreUnavailable(
+                    "SQLite cannot begin a write transaction: the write lock stayed busy for"
+                    f" {store.busy_timeout_ms} ms"
+                )
+            try:
+                begin_immediate(conn, deadline)
+            except BaseException:
+                store._writer.release()
+                raise
+        except BaseException:
+            store._put_back(conn)
+            raise
+        return SQLiteTable(conn, store._q), store.now_ms()
+
+    def __exit__(self, kind: Optional[type], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        store, conn = self._store, self._conn
+        try:
+            if exc is None:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as failed:
+                    _roll_back(conn)
+                    raise store_error(failed, "write failed") from failed
+            else:
+                _roll_back(conn)
+                if isinstance(exc, sqlite3.Error):
+                    raise store_error(exc, "write failed") from exc
+        finally:
+            store._writer.release()
+            store._put_back(conn)
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass

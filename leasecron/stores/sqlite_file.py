@@ -14,12 +14,12 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator
+from typing import Callable, Dict, Iterator, Optional, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
 from .migrations import check_version, latest_version, migrate
 
-__all__ = ["SCHEMA_VERSION", "NOT_CREATED", "Schema", "begin_immediate", "is_busy", "store_error"]
+__all__ = ["SCHEMA_VERSION", "NOT_CREATED", "Schema", "begin_immediate", "is_busy", "retry_while_busy", "store_error"]
 
 #: The schema version this release writes and reads: the number of its last migration.
 SCHEMA_VERSION = latest_version("sqlite")
@@ -139,32 +139,56 @@ def _enable_wal(conn: sqlite3.Connection, deadline: float) -> str:
             time.sleep(0.01)
 
 
-def begin_immediate(conn: sqlite3.Connection, deadline: float, busy_timeout_ms: int) -> None:
+def begin_immediate(conn: sqlite3.Connection, deadline: float, busy_timeout_ms: Optional[int] = None) -> None:
     """``BEGIN IMMEDIATE``, retried while another process holds the write lock, until ``deadline``.
 
-    The connection's busy timeout is switched off for it (two PRAGMAs that
-    touch no file): the retries sleep 0.1-1 ms, growing, instead of
-    SQLite's 1, 2, 5, 10 ... 100 ms.
+    The retries sleep 0.1-1 ms, growing, instead of SQLite's 1, 2, 5, 10 ... 100 ms: the
+    connection's busy timeout must be 0 for it. A store's write connections keep it 0; given
+    ``busy_timeout_ms``, the connection's is switched off for the ``BEGIN`` and then set to it
+    (two PRAGMAs that touch no file).
     """
-    pause = BUSY_PAUSE_MIN_S
-    conn.execute("PRAGMA busy_timeout = 0")
+    if busy_timeout_ms is not None:
+        conn.execute("PRAGMA busy_timeout = 0")
     try:
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise store_error(exc, "cannot begin a write transaction") from exc
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise store_error(exc, "cannot begin a write transaction") from exc
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, BUSY_PAUSE_MAX_S)
-            except sqlite3.Error as exc:
-                raise store_error(exc, "cannot begin a write transaction") from exc
+        _begin_immediate(conn, deadline)
     finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if busy_timeout_ms is not None:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+
+
+def _begin_immediate(conn: sqlite3.Connection, deadline: float) -> None:
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if not is_busy(exc):
+            raise store_error(exc, "cannot begin a write transaction") from exc
+        try:
+            retry_while_busy(lambda: conn.execute("BEGIN IMMEDIATE"), deadline)
+        except sqlite3.Error as again:
+            raise store_error(again, "cannot begin a write transaction") from again
+    except sqlite3.Error as exc:
+        raise store_error(exc, "cannot begin a write transaction") from exc
+
+
+_Result = TypeVar("_Result")
+
+
+def retry_while_busy(statement: Callable[[], _Result], deadline: float) -> _Result:
+    """``statement()`` (a statement on a connection whose busy timeout is 0) tried again while it
+    finds the file busy, after pauses of 0.1 ms growing to 1 ms, until ``deadline`` (monotonic);
+    then the busy error, or any other, is raised."""
+    pause = BUSY_PAUSE_MIN_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return statement()  # a last try: its error is the one raised
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, BUSY_PAUSE_MAX_S)
+        try:
+            return statement()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
 
 
 def _execute_script(conn: sqlite3.Connection, script: str) -> None:

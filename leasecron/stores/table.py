@@ -13,10 +13,12 @@ and the instances' announcements (:mod:`leasecron.announcements`), which no rule
 from __future__ import annotations
 
 import abc
-from typing import Dict, List, NamedTuple, Optional, Tuple
+import contextlib
+from typing import ContextManager, Dict, List, NamedTuple, Optional, Tuple
 
 from ..controls import JobState, ManualRequest
 from ..stored import ScheduleChanges, StoredSchedule
+from ..runs import Run
 from .records import Record
 
 __all__ = ["NewSlot", "Table"]
@@ -37,6 +39,32 @@ class NewSlot(NamedTuple):
 
 class Table(abc.ABC):
     """The reads and writes of one atomic section of a :class:`TableStore`."""
+
+    #: Whether the table takes the commonest writes in one step each: :meth:`insert_plain`,
+    #: :meth:`finish_plain` and :meth:`renew_current` (one statement each on SQLite).
+    plain_steps = False
+
+    def insert_plain(self, run: Run, version: int, keep: int, horizon_ms: int) -> bool:
+        """Insert ``run``, a new run (attempt 1, not manual, its one attempt running) that a
+        scheduled claim of ``version`` wins, if its slot has no run and its job has no newer run
+        that a manual claim did not start, no running run, no pause, no pending request at the
+        slot and no stored schedule newer than ``version``; then :meth:`prune` as
+        ``prune(run.job, keep, horizon_ms)``. Returns whether it was inserted (else nothing was
+        written). Only called when :attr:`plain_steps` is true (one statement on SQLite)."""
+        raise NotImplementedError
+
+    def finish_plain(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str], now_ms: int) -> bool:
+        """End the run of ``job`` at ``slot_ms`` with ``status`` and ``error`` at ``now_ms`` if it
+        is running with ``token`` and has made one attempt, never released (its attempts are its
+        own fields: that attempt ends with the run); returns whether it did (else nothing was
+        written). Only called when :attr:`plain_steps` is true."""
+        raise NotImplementedError
+
+    def renew_current(self, job: str, slot_ms: int, token: str, lease_end_ms: int) -> bool:
+        """:meth:`renew` if the run of ``job`` at ``slot_ms`` is running with ``token`` and its lease
+        was not released (rule 13); returns whether it did. Only called when :attr:`plain_steps`
+        is true."""
+        raise NotImplementedError
 
     # -- runs
 
@@ -65,6 +93,18 @@ class Table(abc.ABC):
     def recent(self, jobs: List[str], limit: int) -> Dict[str, List[Record]]:
         """At most ``limit`` records of each of ``jobs`` (distinct names), newest slot first, in
         one read (one statement on SQLite); a job without records may be left out."""
+
+    @abc.abstractmethod
+    def summaries(self, jobs: List[str]) -> Dict[str, Tuple[Record, Dict[str, int]]]:
+        """For each of ``jobs`` (distinct names) that has records: its newest record, and for each
+        status of :data:`~leasecron.stored.FINISHED_STATUSES` one of its records ended with, the
+        newest ``finished_ms`` among them (over all its records); in one read (one statement on
+        SQLite). A job without records is left out."""
+
+    def snapshot(self) -> ContextManager[None]:
+        """A block whose reads see the table at one moment: nothing more on the memory store (its
+        lock does it), a read transaction on SQLite."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def jobs(self) -> List[str]:

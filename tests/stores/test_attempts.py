@@ -200,11 +200,12 @@ def test_a_runs_dict_holds_its_attempts_as_json_values(store: Store) -> None:
     assert store.finish(JOB, slot, second.token, "failed", error="boom")
     data = stored(store, JOB, slot).to_dict()
     assert json.loads(json.dumps(data))["attempts"] == data["attempts"]
+    no_return = {"returned_ms": None, "returned": None, "returned_error": None}  # rule 26: none recorded
     assert data["attempts"] == [
         {"number": 1, "runner": "A", "reason": "schedule", "started_ms": first.started_ms,
-         "ended_ms": first.lease_end_ms, "outcome": "expired", "error": None},
+         "ended_ms": first.lease_end_ms, "outcome": "expired", "error": None, **no_return},
         {"number": 2, "runner": "B", "reason": "takeover", "started_ms": second.started_ms,
-         "ended_ms": data["finished_ms"], "outcome": "failed", "error": "boom"},
+         "ended_ms": data["finished_ms"], "outcome": "failed", "error": "boom", **no_return},
     ]  # fmt: skip
 
 

@@ -11,7 +11,7 @@ fall on different nodes.
 from __future__ import annotations
 
 import threading
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 
@@ -20,6 +20,25 @@ from leasecron.stores import ClaimRequest
 from tests.helpers import wait_for
 
 LONG = 30_000
+
+
+def in_threads(count: int, work: Callable[[int], object]) -> None:
+    """``work(k)`` for k in ``range(count)``, each in a thread of its own, all joined; an exception
+    of any of them fails the test here."""
+    errors: List[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            work(k)
+        except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
 
 
 def _expire(store: Store, lease_end_ms: int) -> None:
@@ -121,7 +140,6 @@ def test_batches_racing_single_claims_and_each_other_have_one_winner_per_slot(ba
     slot = stores[0].now_ms() - 1_000
     barrier = threading.Barrier(len(stores))
     answers: List[List[Tuple[str, Claim]]] = [[] for _ in stores]
-    errors: List[BaseException] = []
 
     def batched(k: int) -> None:
         order = jobs[k:] + jobs[:k]
@@ -133,18 +151,7 @@ def test_batches_racing_single_claims_and_each_other_have_one_winner_per_slot(ba
         barrier.wait(timeout=30)
         answers[k] = [(job, stores[k].claim(job, slot, runner=f"r{k}", lease_ms=LONG)) for job in reversed(jobs)]
 
-    def run(k: int) -> None:
-        try:
-            (batched if k % 2 == 0 else single)(k)
-        except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+    in_threads(len(stores), lambda k: (batched if k % 2 == 0 else single)(k))
     for job in jobs:
         claims = [claim for per in answers for j, claim in per if j == job]
         assert len(claims) == len(stores)

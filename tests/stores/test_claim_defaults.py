@@ -23,6 +23,7 @@ def test_claim_request_and_store_claim_default_to_the_job_options_defaults() -> 
         if parameter.default is not inspect.Parameter.empty
     }
     fields = {f.name: f.default for f in dataclasses.fields(ClaimRequest) if f.default is not dataclasses.MISSING}
+    assert fields.pop("brief") is False  # the request's own: Store.claim always answers the whole run
     assert signature == fields
     assert {name: fields[name] for name in OPTIONS} == {name: DEFAULTS[name] for name in OPTIONS}
     assert inspect.signature(Store.request_run).parameters["max_late_ms"].default == DEFAULTS["max_late_ms"]

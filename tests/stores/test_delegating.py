@@ -70,7 +70,7 @@ SAID = Announcement("r", "host", 1, "0.3.0")
 OPERATIONS = [
     "claim", "heartbeat", "finish", "release", "pause", "resume", "job_state", "job_states", "request_run",
     "pending_requests", "get_run", "unfinished", "runs", "jobs", "set_schedule", "stored_schedule",
-    "schedule_changes", "announce", "withdraw", "instances",
+    "schedule_changes", "announce", "withdraw", "instances", "record_return",
 ]  # fmt: skip
 
 
@@ -121,6 +121,10 @@ class _Answers(Store):
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         self._called("release", job, slot_ms, token)
         return False
+
+    def _record_return(self, *args: Any) -> bool:
+        self._called("record_return", *args)
+        return True
 
     def _pause(self, job: str, by: str, note: Any) -> Any:
         self._called("pause", job, by, note)
@@ -230,6 +234,7 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
     assert store.server_version() == "Answers 1.2"
     assert store.durability_warnings() == ["keep it on disk"]
     assert store.replication() == ["copied twice"]
+    assert store.record_return("j", 7, 2, "r", 9, "failed", "late") is True
     assert inner.calls == [
         ("now_ms", ()),
         ("claim", (ClaimRequest("j", 7, "r", "takeover", 9, 2, 3, "allow", 4, "t0"),)),
@@ -252,6 +257,7 @@ def test_each_call_is_passed_on_with_its_arguments_and_answer() -> None:
         ("announce", (SAID,)),
         ("withdraw", ("r",)),
         ("instances", ()),
+        ("record_return", ("j", 7, 2, "r", 9, "failed", "late")),
     ]
     # a batch reaches the inner store's _claim_many, whose default sends one _claim after the other
     inner.calls.clear()

@@ -30,6 +30,7 @@ from leasecron import ConfigError, StoreError, StoreUnavailable
 from leasecron.controls import JobState
 from leasecron.runs import Attempt
 from leasecron.stored import Poll, ScheduleChanges
+from leasecron.stores import Finish
 from leasecron.stores.migrations import migrations
 from leasecron.stores.pg_connections import CONNECT_DEFAULTS
 from leasecron.stores.postgres import SCHEMA_VERSION, PostgresStore
@@ -42,13 +43,14 @@ from tests.helpers import race_in_processes, wait_for
 JOB = "job"
 TABLE = "leasecron_runs"
 #: Functions the schema must have (the SQL may add helpers of its own): this release's, and those of
-#: versions 1 (0.1), 2 and 3 (0.2), which instances of older releases call.
+#: versions 1 (0.1), 2 and 3 (0.2), 4 to 6, which instances of older releases call.
 FUNCTIONS = {
     f"{TABLE}_{name}"
     for name in (
         "now", "claim", "claim_v2", "heartbeat", "finish", "release",
         "claim_v3", "finish_v3", "release_v3", "pause_v3", "request_run_v3", "state_v3",
-        "claim_v4", "set_schedule_v4", "schedule_changes_v4",
+        "claim_v4", "set_schedule_v4", "schedule_changes_v4", "announce_v5", "claim_v6",
+        "record_return_v7",
     )
 }  # fmt: skip
 #: The tables of the schema: the runs, the jobs, the requests for manual runs, the stored schedules,
@@ -366,8 +368,8 @@ def _counting_pool(statements: List[str], maxconn: int = 2) -> psycopg2.pool.Thr
 
 
 def test_every_operation_is_one_statement(schema: str) -> None:
-    """Once the schema exists, claim, heartbeat, finish and release, pause and resume, request_run
-    and its manual claim, the reads of pauses and requests, set_schedule, a claim answered stale,
+    """Once the schema exists, claim, heartbeat, finish and release, a batch of finishes, pause and
+    resume, request_run and its manual claim, the reads of pauses and requests, set_schedule, a claim answered stale,
     and the reads of stored schedules (poll too) each execute exactly one statement on an
     autocommit connection (one round trip, no transaction left open)."""
     statements: List[str] = []
@@ -390,6 +392,8 @@ def test_every_operation_is_one_statement(schema: str) -> None:
         again = count("claim again", lambda: store.claim(JOB, slot + 1, runner="r1", lease_ms=30_000))
         assert again.outcome == "won" and again.run is not None
         assert count("release", lambda: store.release(JOB, slot + 1, again.run.token)) is True
+        ended = [Finish(JOB, slot, claim.run.token, "success"), Finish(JOB, slot + 1, again.run.token, "failed", "x")]
+        assert count("finish_many", lambda: store.finish_many(ended)) == [False, True]  # rule 25: one statement
         assert count("refused heartbeat", lambda: store.heartbeat(JOB, slot, claim.run.token, 30_000)) is False
         assert count("pause", lambda: store.pause(JOB, by="ops", note="why")).paused
         assert count("paused claim", lambda: store.claim(JOB, slot + 2, runner="r1")).outcome == "paused"
@@ -477,7 +481,7 @@ def _meta(schema: str, table: str = TABLE) -> List[Tuple[str, str]]:
 
 
 def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrate_again(schema: str) -> None:
-    """The first store stamps schema_version = 5 in <table>_meta; a second store on the same schema
+    """The first store stamps schema_version = 7 in <table>_meta; a second store on the same schema
     reads the version and runs no migration (no CREATE FUNCTION/TABLE, no new stamp), keeping
     the tables and their data."""
     first = PostgresStore(_base_url(), schema=schema)
@@ -485,7 +489,7 @@ def test_first_open_stamps_the_schema_version_and_a_second_store_does_not_migrat
         run = _win(first)
     finally:
         first.close()
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 7
     assert _meta(schema) == STAMPED
     oids = _query(f"SELECT '{schema}.{TABLE}'::regclass::oid, '{schema}.{TABLE}_jobs'::regclass::oid")
 
@@ -608,6 +612,7 @@ def test_a_version_1_schema_of_0_1_migrates_and_claims_by_this_releases_rules(sc
         (f"{TABLE}_claim_v2",),
         (f"{TABLE}_claim_v3",),
         (f"{TABLE}_claim_v4",),
+        (f"{TABLE}_claim_v6",),
     ]
     assert _query(f"SELECT prosrc FROM pg_proc WHERE oid = '{schema}.{TABLE}_claim'::regproc") == old_claim
 
@@ -1056,7 +1061,15 @@ def test_attempts_are_written_out_only_when_the_runs_own_fields_cannot_say_them(
         {"number": 2, "runner": "r2", "reason": "takeover", "started_ms": second.started_ms,
          "ended_ms": attempts[1]["ended_ms"], "outcome": "success", "error": None},
     ]  # fmt: skip
-    assert [a.to_dict() for a in store.runs(JOB)[0].attempts] == attempts
+    no_return = {"returned_ms": None, "returned": None, "returned_error": None}
+    assert [a.to_dict() for a in store.runs(JOB)[0].attempts] == [{**a, **no_return} for a in attempts]
+    # rule 26: a return recorded on the finished run's one attempt writes it out, with the return
+    assert store.record_return(JOB, done.slot_ms, 1, "r1", done.started_ms + 7, "success")
+    assert stored_attempts(done.slot_ms) == [
+        {"number": 1, "runner": "r1", "reason": "schedule", "started_ms": done.started_ms,
+         "ended_ms": finished.finished_ms, "outcome": "failed", "error": "boom",
+         "returned_ms": done.started_ms + 7, "returned": "success", "returned_error": None},
+    ]  # fmt: skip
 
 
 # -- 9. Stored schedules --------------------------------------------------------------------------

@@ -13,9 +13,10 @@ real servers and files.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import pytest
 
@@ -251,8 +252,10 @@ def test_a_redis_cluster_answers_in_one_round_trip_per_node(tmp_path: Path) -> N
         backend.close()
 
 
-def test_postgresql_answers_50_jobs_in_one_statement(tmp_path: Path) -> None:
-    """50 jobs on a caller's pool whose cursors count what they execute: one statement."""
+@contextlib.contextmanager
+def counting_postgres(tmp_path: Path) -> Iterator[Tuple[PostgresStore, List[str]]]:
+    """A PostgreSQL store on a caller's pool of one connection whose cursors note each statement
+    they execute (the list), holding one run of each of :data:`JOBS`; closed at the end."""
     backend = PostgresBackend(tmp_path)
     backend.dsn()  # the session's server, started if need be
     statements: List[str] = []
@@ -260,14 +263,20 @@ def test_postgresql_answers_50_jobs_in_one_statement(tmp_path: Path) -> None:
     store = PostgresStore(pool=pool, schema=backend.namespace)
     try:
         one_run_each(store, JOBS)
-        expected = {job: store.runs(job, 30) for job in JOBS}
-        statements.clear()
-        assert store.recent_runs(JOBS) == expected
-        assert len(statements) == 1, statements
+        yield store, statements
     finally:
         store.close()
         pool.closeall()
         backend.close()
+
+
+def test_postgresql_answers_50_jobs_in_one_statement(tmp_path: Path) -> None:
+    """50 jobs on a caller's pool whose cursors count what they execute: one statement."""
+    with counting_postgres(tmp_path) as (store, statements):
+        expected = {job: store.runs(job, 30) for job in JOBS}
+        statements.clear()
+        assert store.recent_runs(JOBS) == expected
+        assert len(statements) == 1, statements
 
 
 class TracedSQLiteStore(SQLiteStore):

@@ -1,4 +1,5 @@
-"""Rule 21 on Redis and Valkey: a batch of claims is one pipeline of claim.lua calls.
+"""Rules 21 and 25 on Redis and Valkey: a batch of claims is one pipeline of claim.lua calls, a
+batch of finishes one call of finish_many.lua (on a cluster, a pipeline of finish.lua per node).
 
 ``tests/stores/test_batch.py`` proves what a batch answers on every store; this file
 proves what the Redis store sends for it: one round trip to the server (one per node of a
@@ -24,7 +25,7 @@ import redis.connection
 
 import leasecron
 from leasecron import StoreError
-from leasecron.stores import ClaimRequest
+from leasecron.stores import ClaimRequest, Finish
 from leasecron.stores.redis import RedisStore, job_keys
 from tests import servers
 from tests.conftest import SERVERS, ClusterBackend
@@ -195,3 +196,52 @@ def test_a_batch_answers_old_versions_stale_in_the_same_round_trip(own_server: s
     finally:
         store.close()
         control.close()
+
+
+def test_a_batch_of_finishes_is_one_evalsha(own_server: servers.Server) -> None:
+    """Rule 25: finish_many of 50 runs is one EVALSHA of finish_many.lua (one round trip); sent again
+    (a lost answer), one round trip more, every finish answered false."""
+    store = RedisStore.from_url(own_server.url("valkey") + "?prefix=finishes", connection_class=CountingConnection)
+    control = own_server.client(socket_timeout=5)
+    names = [f"job-{i}" for i in range(JOBS)]
+    try:
+        slot = recent_second(store)
+        won = store.claim_many(batch(names, slot))
+        store.finish_many([Finish("warm", slot, "no-token", "success")])  # loads finish_many.lua
+        finishes = [Finish(name, slot, claim.run.token, "success") for name, claim in zip(names, won) if claim.run]
+        control.config_resetstat()
+        CountingConnection.sends.clear()
+        assert store.finish_many(finishes) == [True] * JOBS
+        stats = commands(control)
+        assert stats["evalsha"]["calls"] == 1 and "sadd" not in stats and "evalsha_ro" not in stats, stats
+        assert sum(CountingConnection.sends.values()) == 1
+        assert {run.status for name in names for run in store.runs(name)} == {"success"}
+        CountingConnection.sends.clear()
+        assert store.finish_many(finishes) == [False] * JOBS
+        assert sum(CountingConnection.sends.values()) == 1
+    finally:
+        store.close()
+        control.close()
+
+
+def test_a_cluster_batch_of_finishes_is_one_round_trip_per_node(tmp_path: Path) -> None:
+    """Rule 25 on the 3-master cluster: finish_many of 60 runs sends each master one round trip
+    holding an EVALSHA for each of its jobs' finishes; every run is finished once."""
+    backend = ClusterBackend(tmp_path)
+    nodes = [node.client(socket_timeout=5) for node in SERVERS.cluster().nodes]
+    store = RedisStore.from_url(backend.url(), connection_class=CountingConnection)
+    names = [f"job-{i}" for i in range(60)]
+    try:
+        slot = recent_second(store)
+        won = store.claim_many(batch(names, slot))
+        store.finish_many([Finish(name, slot - 1, "no-token", "success") for name in names])  # loads finish.lua
+        CountingConnection.sends.clear()
+        finishes = [Finish(name, slot, claim.run.token, "success") for name, claim in zip(names, won) if claim.run]
+        assert store.finish_many(finishes) == [True] * 60
+        assert sorted(CountingConnection.sends.values()) == [1, 1, 1], CountingConnection.sends
+        assert all(store.get_run(name, slot).status == "success" for name in names)  # type: ignore[union-attr]
+    finally:
+        store.close()
+        for client in nodes:
+            client.close()
+        backend.close()

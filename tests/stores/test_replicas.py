@@ -15,7 +15,7 @@ import pytest
 
 import leasecron
 from leasecron import StoreUnavailable
-from leasecron.stores import ClaimRequest, Store
+from leasecron.stores import ClaimRequest, Finish, Store
 from tests.conftest import BACKENDS, Backend
 
 REDIS_LIKE = [name for name in BACKENDS if name in ("redis", "valkey", "redis-cluster")]
@@ -78,6 +78,7 @@ def test_rule_22_answers_that_wrote_nothing_are_never_refused(stores: "tuple[Sto
     assert waiting.finish("job", 1_000, "not the token", "failed") is False
     batch = [ClaimRequest("job", 1_000, "c", max_late_ms=LATE), ClaimRequest("other", 1, "c", reason="takeover")]
     assert [claim.outcome for claim in waiting.claim_many(batch)] == ["running", "none"]
+    assert waiting.finish_many([Finish("job", 1_000, "not the token", "success")] * 2) == [False, False]
     plain.finish("job", 1_000, "t1", "success")
     assert waiting.claim("job", 1_000, runner="b", max_late_ms=LATE).outcome == "done"
 
@@ -92,6 +93,35 @@ def test_rule_22_a_batch_with_a_write_no_replica_confirmed_raises_whole(stores: 
         waiting.claim_many([ClaimRequest(r.job, r.slot_ms, r.runner, max_late_ms=LATE, token=r.token) for r in batch])
     again = plain.claim_one(ClaimRequest("free", 1_000, "b", max_late_ms=LATE, token="tb"))
     assert again.won and again.run is not None and again.run.attempt == 1
+
+
+def test_rule_22_a_batch_of_finishes_with_one_that_finished_raises_whole(stores: "tuple[Store, Store]") -> None:
+    """Rule 25 under rule 22: a batch in which one finish ended its run raises StoreUnavailable; that
+    finish did happen on the primary, and the batch sent again answers false for it."""
+    waiting, plain = stores
+    won = plain.claim("job", 1_000, runner="a", token="t1", max_late_ms=LATE)
+    assert won.won
+    batch = [Finish("job", 1_000, "wrong", "success"), Finish("job", 1_000, "t1", "success")]
+    with pytest.raises(StoreUnavailable, match="replicas"):
+        waiting.finish_many(batch)
+    done = plain.get_run("job", 1_000)
+    assert done is not None and done.status == "success"
+    assert plain.finish_many(batch) == [False, False]
+
+
+def test_rule_22_a_recorded_return_no_replica_confirmed_raises_and_a_refused_one_is_answered(
+    stores: "tuple[Store, Store]",
+) -> None:
+    """Rule 26 under rule 22: a record_return that wrote raises StoreUnavailable (it did happen on the
+    primary: sent again, it answers false); one that wrote nothing answers false at once."""
+    waiting, plain = stores
+    assert plain.claim("job", 1_000, runner="a", token="t1", max_late_ms=LATE).won
+    assert waiting.record_return("job", 1_000, 1, "not a", 5, "success") is False
+    with pytest.raises(StoreUnavailable, match="replicas"):
+        waiting.record_return("job", 1_000, 1, "a", 5, "success")
+    stored = plain.get_run("job", 1_000)
+    assert stored is not None and stored.attempts[0].returned == "success" and stored.status == "running"
+    assert plain.record_return("job", 1_000, 1, "a", 5, "success") is False
 
 
 @pytest.mark.parametrize("query", ["replicas=-1", "replicas=two", "replica_wait_ms=0", "replica_wait_ms=1.5"])

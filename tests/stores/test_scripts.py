@@ -85,10 +85,12 @@ def _latest_claim_function() -> Migration:
 
 
 def test_this_releases_claim_calls_the_claim_function_of_the_latest_migration_that_made_one() -> None:
-    """The claim query calls ``<table>_claim_vN``, the claim function of the latest migration N
-    that made one."""
+    """The claim (a prepared statement) and a batch of claims call ``<table>_claim_vN``, the claim
+    function of the latest migration N that made one."""
     latest = _latest_claim_function()
-    assert f"t_claim_v{latest.version}(" in load_queries("postgres", schema="s", table="t")["claim"]
+    queries = load_queries("postgres", schema="s", table="t")
+    assert f"s.t_claim_v{latest.version}(" in queries["claim_prepare"]
+    assert f"s.t_claim_v{latest.version}(" in queries["claim_many"]
     assert f"CREATE FUNCTION s.t_claim_v{latest.version}(" in _rendered(latest)
 
 
@@ -154,7 +156,7 @@ def _tags(*paths: str) -> List[int]:
 
 #: Each implementation of the store contract: its files, and (first) the file of its claim.
 IMPLEMENTATIONS = {
-    "Python (memory, SQLite)": ["rules.py"],
+    "Python (memory, SQLite)": ["claim_rules.py", "rules.py"],
     "Lua (Redis, Valkey)": ["lua/claim.lua"] + sorted(
         f"lua/{p.name}" for p in (STORES / "lua").glob("*.lua") if p.name not in ("claim.lua", "common.lua")
     ),
@@ -164,11 +166,12 @@ IMPLEMENTATIONS = {
 
 @pytest.mark.parametrize("implementation", list(IMPLEMENTATIONS))
 def test_every_rule_of_the_contract_is_tagged_in_each_implementation(implementation: str) -> None:
-    """Rules 1-20, 23 (a claim from an older schedule is stale) and 24 (set_schedule) of docs/protocol.rst
-    are each tagged (``rule 4``) where an implementation carries it out, and rule 22 (a write waits for the
-    replicas) where the store has replicas to wait for: Redis's."""
+    """Rules 1-20, 23 (a claim from an older schedule is stale), 24 (set_schedule) and 26 (record_return)
+    of docs/protocol.rst are each tagged (``rule 4``) where an implementation carries it out, and rule 22
+    (a write waits for the replicas) where the store has replicas to wait for: Redis's."""
     replicated = [22] if implementation.startswith("Lua") else []
-    assert _tags(*IMPLEMENTATIONS[implementation]) == list(range(1, 21)) + replicated + [23, 24], implementation
+    expected = list(range(1, 21)) + replicated + [23, 24, 26]
+    assert _tags(*IMPLEMENTATIONS[implementation]) == expected, implementation
 
 
 @pytest.mark.parametrize("implementation", list(IMPLEMENTATIONS))

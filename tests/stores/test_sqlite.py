@@ -813,3 +813,91 @@ def test_a_tampered_stored_schedule_is_a_store_error_naming_it(db: Path, column:
             with pytest.raises(leasecron.StoreError, match="unreadable") as info:
                 call()
             assert repr("report") in str(info.value)
+
+
+def _first_words(statements: List[str]) -> List[str]:
+    return [" ".join(sql.split()[:2]) for sql in statements]
+
+
+def test_the_commonest_winning_claim_is_a_read_and_one_insert_in_a_write_transaction(tmp_path: Path) -> None:
+    """A scheduled claim of a new slot of a job whose last run ended: the read that settles most
+    claims, then BEGIN IMMEDIATE, one INSERT deciding rules 8-12, 16 and 23 together, and COMMIT;
+    no PRAGMA around the BEGIN. A heartbeat and a finish of the run are one UPDATE each inside
+    their transaction. A claim the INSERT does not decide (here a paused job's) goes on step by
+    step in the same transaction, and writes nothing."""
+    from tests.stores.test_recent_runs import TracedSQLiteStore
+
+    store = TracedSQLiteStore(str(tmp_path / "traced.db"))
+    try:
+        first = _win(store, ago_ms=5_000)
+        assert store.finish(JOB, first.slot_ms, first.token, "success")
+        store.statements.clear()
+        won = store.claim(JOB, first.slot_ms + 2_000, runner="r")
+        assert won.won and won.run is not None and won.run.attempts[0].outcome == "running"
+        assert _first_words(store.statements) == ["SELECT *", "BEGIN IMMEDIATE", "INSERT INTO", "COMMIT"]
+        assert won.run == store.get_run(JOB, won.run.slot_ms)
+        for write in (
+            lambda: store.heartbeat(JOB, won.run.slot_ms, won.run.token, 30_000),  # type: ignore[union-attr]
+            lambda: store.finish(JOB, won.run.slot_ms, won.run.token, "success"),  # type: ignore[union-attr]
+        ):
+            store.statements.clear()
+            assert write() is True
+            assert _first_words(store.statements) == ["BEGIN IMMEDIATE", "UPDATE leasecron_runs", "COMMIT"]
+        store.pause(JOB, by="ops")
+        store.statements.clear()
+        assert store.claim(JOB, first.slot_ms + 3_000, runner="r").outcome == "paused"
+        assert _first_words(store.statements)[:3] == ["SELECT *", "BEGIN IMMEDIATE", "INSERT INTO"]
+        assert store.get_run(JOB, first.slot_ms + 3_000) is None
+    finally:
+        store.close()
+
+
+def test_finish_many_is_one_write_transaction(tmp_path: Path) -> None:
+    """Rule 25 on SQLite: a batch of 20 finishes is one BEGIN IMMEDIATE and one COMMIT."""
+    from leasecron.stores import Finish
+    from tests.stores.test_recent_runs import TracedSQLiteStore
+
+    store = TracedSQLiteStore(str(tmp_path / "traced.db"))
+    try:
+        runs = [_win(store, job=f"job-{i}") for i in range(20)]
+        store.statements.clear()
+        assert store.finish_many([Finish(run.job, run.slot_ms, run.token, "success") for run in runs]) == [True] * 20
+        words = _first_words(store.statements)
+        assert words.count("BEGIN IMMEDIATE") == 1 and words.count("COMMIT") == 1, words
+    finally:
+        store.close()
+
+
+
+def test_a_statement_that_finds_the_file_busy_is_tried_again_until_its_deadline() -> None:
+    """retry_while_busy, what a store's read (its connections' busy timeout is 0) and BEGIN IMMEDIATE
+    do when the file is busy: tried again after short pauses until it succeeds; a busy file past the
+    deadline raises the busy error of a last try; any other error at once."""
+    from leasecron.stores.sqlite_file import retry_while_busy
+
+    tries: List[float] = []
+
+    def busy_three_times() -> int:
+        tries.append(time.monotonic())
+        if len(tries) <= 3:
+            raise sqlite3.OperationalError("database is locked")
+        return 42
+
+    assert retry_while_busy(busy_three_times, time.monotonic() + 5) == 42
+    assert len(tries) == 4 and tries[-1] - tries[0] < 1
+
+    def always_busy() -> int:
+        raise sqlite3.OperationalError("database is locked")
+
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        retry_while_busy(always_busy, started + 0.05)
+    assert 0.05 <= time.monotonic() - started < 1
+
+    def broken() -> int:
+        raise sqlite3.OperationalError("no such table: x")
+
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        retry_while_busy(broken, started + 5)
+    assert time.monotonic() - started < 0.1

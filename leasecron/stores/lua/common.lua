@@ -25,7 +25,8 @@
 -- string.format('%d'): cjson (and Lua's tostring) print only 14 significant
 -- digits, too few for the 2**50 bound of the store contract. So are the
 -- integers of its attempts (a JSON array of objects, oldest first: number,
--- runner, reason, started_ms, ended_ms, outcome, error) and of a request. A
+-- runner, reason, started_ms, ended_ms, outcome, error, and returned_ms,
+-- returned, returned_error once a return is recorded) and of a request. A
 -- stored schedule's version and ms are decimal strings too (a hash's fields
 -- always are).
 
@@ -84,7 +85,7 @@ local function decode(raw, slot)
     if type(run.attempts) ~= 'table' or #run.attempts == 0 then
       unreadable(slot, 'attempts is not a list of attempts')
     end
-    local integers = {'number', 'started_ms', 'ended_ms'} -- of an attempt
+    local integers = {'number', 'started_ms', 'ended_ms', 'returned_ms'} -- of an attempt
     for i, attempt in ipairs(run.attempts) do
       if type(attempt) ~= 'table' or type(attempt.outcome) ~= 'string' then
         unreadable(slot, 'attempts[' .. (i - 1) .. '] is not an attempt')
@@ -131,7 +132,7 @@ local function only_own_attempt(run)
     return x
   end
   local a = attempts[1]
-  return a.number == run.attempt and a.runner == run.runner and a.reason == run.reason
+  return (a.returned == nil or a.returned == NULL) and a.number == run.attempt and a.runner == run.runner and a.reason == run.reason
     and a.started_ms == run.started_ms and a.outcome == run.status
     and value(a.ended_ms) == value(run.finished_ms) and value(a.error) == value(run.error)
 end
@@ -163,16 +164,21 @@ local function begin_attempt(run)
   run.attempts = attempts
 end
 
--- Record how the current attempt ended: `outcome` at `ended_ms`, with `err`.
--- A run stored without attempts (only its own, or stored before attempts
--- were recorded) gets, first, the one attempt its own fields describe, as
--- leasecron.stores.records reads it.
-local function end_attempt(run, outcome, ended_ms, err)
+-- The run's attempts: a run stored without them (only its own, or stored
+-- before attempts were recorded) gets, first, the one attempt its own fields
+-- describe, as leasecron.stores.records reads it.
+local function own_attempts(run)
   if run.attempts == nil then
     run.attempts = {{number = run.attempt, runner = run.runner, reason = run.reason, started_ms = run.started_ms,
       ended_ms = run.finished_ms or NULL, outcome = run.status, error = run.error or NULL}}
   end
-  local attempts = run.attempts
+  return run.attempts
+end
+
+-- Record how the current attempt ended: `outcome` at `ended_ms`, with `err`
+-- (a return recorded on it by rule 26 stays).
+local function end_attempt(run, outcome, ended_ms, err)
+  local attempts = own_attempts(run)
   local last = attempts[#attempts]
   if last.number == run.attempt then
     last.outcome = outcome

@@ -45,14 +45,26 @@ SELECT value FROM {schema}.{table}_meta WHERE key = 'schema_version';
 INSERT INTO {schema}.{table}_meta (key, value) VALUES ('schema_version', %(version)s)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
--- name: claim
--- Takes: the fields of a ClaimRequest, the token a new random one where it
--- has none, and keep_attempts (MAX_ATTEMPTS_KEPT). Returns: one row, the
--- outcome and the run's columns (NULL when no run).
-SELECT c.outcome, (c.run).*
-FROM {schema}.{table}_claim_v4(%(job)s, %(slot_ms)s, %(token)s, %(runner)s, %(reason)s, %(lease_ms)s,
-                                %(max_attempts)s, %(max_late_ms)s, %(overlap)s, %(history_size)s,
-                                %(keep_attempts)s, %(version)s) c;
+-- name: claim_prepare
+-- The claim as a prepared statement of the session (the store prepares it
+-- once per connection, in the same round trip as its first claim): no parse
+-- or plan per claim. Takes, by position, the parameters of claim_v6.
+-- Returns: one row, the outcome and only the run's columns an answer needs
+-- (not its job, which the claim names, nor released, which a Run does not
+-- show; manual for a brief answer; NULL when no run). The statement's name
+-- names its answer's shape (a: with manual): a session that a pooler shares
+-- with an older release never runs its statement of another shape.
+PREPARE {schema}_{table}_claim_v6a (text, bigint, text, text, text, bigint, bigint, bigint, text, bigint, bigint, bigint) AS
+SELECT c.outcome, (c.run).slot_ms, (c.run).attempt, (c.run).token, (c.run).runner, (c.run).status,
+       (c.run).lease_end_ms, (c.run).handovers, (c.run).reason, (c.run).error, (c.run).started_ms,
+       (c.run).finished_ms, (c.run).attempts, (c.run).manual
+FROM {schema}.{table}_claim_v6($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) c;
+
+-- name: claim_execute
+-- Takes, by position: job, slot_ms, token, runner, reason, lease_ms,
+-- max_attempts, max_late_ms, overlap, history_size, keep_attempts, version.
+-- Returns: claim_prepare's row.
+EXECUTE {schema}_{table}_claim_v6a (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: claim_many
 -- Takes: jobs, slots, tokens, runners, reasons, leases, max_attempts,
@@ -74,7 +86,7 @@ FROM (
                               history_size, version, n)
     ORDER BY hashtext(u.job), u.n
 ) q
-CROSS JOIN LATERAL {schema}.{table}_claim_v4(q.job, q.slot_ms, q.token, q.runner, q.reason, q.lease_ms,
+CROSS JOIN LATERAL {schema}.{table}_claim_v6(q.job, q.slot_ms, q.token, q.runner, q.reason, q.lease_ms,
                                              q.max_attempts, q.max_late_ms, q.overlap, q.history_size,
                                              %(keep_attempts)s, q.version) c;
 
@@ -85,6 +97,28 @@ SELECT {schema}.{table}_heartbeat(%(job)s, %(slot_ms)s, %(token)s, %(lease_ms)s)
 -- name: finish
 -- Takes: job, slot_ms, token, status, error. Returns: one boolean (rule 14).
 SELECT {schema}.{table}_finish_v3(%(job)s, %(slot_ms)s, %(token)s, %(status)s, %(error)s);
+
+-- name: finish_many
+-- Takes: jobs, slots, tokens, statuses, errors (one array each, a finish per
+-- index). Returns: a row per finish, in no order: its index (from 1) and
+-- whether it finished the run (rule 25: each as finish decides it alone).
+-- One statement, so one transaction; the finishes run in the order of their
+-- lock keys, as claim_many's claims do (two batches never deadlock), and
+-- the finishes of one job keep their order.
+SELECT q.n, {schema}.{table}_finish_v3(q.job, q.slot_ms, q.token, q.status, q.error)
+FROM (
+    SELECT *
+    FROM unnest(%(jobs)s::text[], %(slots)s::bigint[], %(tokens)s::text[], %(statuses)s::text[],
+                %(errors)s::text[])
+         WITH ORDINALITY AS u(job, slot_ms, token, status, error, n)
+    ORDER BY hashtext(u.job), u.n
+) q;
+
+-- name: record_return
+-- Takes: job, slot_ms, attempt, runner, returned_ms, status, error. Returns:
+-- one boolean (rule 26).
+SELECT {schema}.{table}_record_return_v7(%(job)s, %(slot_ms)s, %(attempt)s, %(runner)s, %(returned_ms)s,
+                                         %(status)s, %(error)s);
 
 -- name: release
 -- Takes: job, slot_ms, token. Returns: one boolean (rule 15).
@@ -235,6 +269,34 @@ CROSS JOIN LATERAL (
     SELECT * FROM {schema}.{table} t WHERE t.job = w.job ORDER BY t.slot_ms DESC LIMIT %(limit)s
 ) r
 ORDER BY w.n, r.slot_ms DESC;
+
+-- name: overview
+-- Takes: jobs (an array of distinct job names). Returns: one row, read in one
+-- statement and so in one snapshot (Store.overview): the server's clock; the
+-- cursor and the records schedule_changes(0) returns; the names of the paused
+-- jobs, a JSON array; and a JSON array holding, for each job of `jobs` and
+-- each stored job (a record whose source is 'stored'), [job, its newest run
+-- as a JSON object of its columns or null, the newest finished_ms of its runs
+-- that ended success, failed and interrupted (null: none)]. Each job is an
+-- aggregate over its range of the primary key (every run kept of it:
+-- history_size finished ones, and those running) and one read of its newest
+-- row. A schema older than version 4 is read with the reads one by one.
+SELECT c.now, s.cursor, s.changes,
+    (SELECT coalesce(json_agg(j.job), '[]'::json) FROM {schema}.{table}_jobs j WHERE j.paused_by IS NOT NULL),
+    (SELECT coalesce(json_agg(json_build_array(n.job, r.run, f.success_ms, f.failed_ms, f.interrupted_ms)), '[]'::json)
+     FROM (SELECT w.job FROM unnest(%(jobs)s::text[]) AS w(job)
+           UNION SELECT x ->> 'job' FROM json_array_elements(s.changes) x WHERE x ->> 'source' = 'stored') n
+     CROSS JOIN LATERAL (
+         SELECT max(t.finished_ms) FILTER (WHERE t.status = 'success') AS success_ms,
+                max(t.finished_ms) FILTER (WHERE t.status = 'failed') AS failed_ms,
+                max(t.finished_ms) FILTER (WHERE t.status = 'interrupted') AS interrupted_ms
+         FROM {schema}.{table} t WHERE t.job = n.job
+     ) f
+     LEFT JOIN LATERAL (
+         SELECT to_json(t) AS run FROM {schema}.{table} t WHERE t.job = n.job ORDER BY t.slot_ms DESC LIMIT 1
+     ) r ON true)
+FROM (SELECT {schema}.{table}_now() AS now) c
+CROSS JOIN {schema}.{table}_schedule_changes_v4(0) s;
 
 -- name: jobs
 -- Returns: the names of the jobs with stored runs, in code point order (a

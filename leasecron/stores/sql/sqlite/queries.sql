@@ -74,6 +74,25 @@ WHERE r.slot_ms >= IFNULL(
 )
 ORDER BY w.key, r.slot_ms DESC;
 
+-- name: summaries
+-- Takes: jobs (a JSON array of distinct job names). Returns: for each job
+-- with stored runs, the newest finished_ms of its runs that ended success,
+-- failed and interrupted (NULL: none; in the order of
+-- leasecron.stored.FINISHED_STATUSES), then every column of its newest run
+-- (Store.overview). One statement: an aggregate over each job's range of the
+-- primary key (every run kept of it: history_size finished ones, and those
+-- running), then one seek of its newest run.
+WITH w(job) AS (SELECT value FROM json_each(:jobs)),
+f AS (
+    SELECT job, MAX(slot_ms) AS newest_ms,
+        MAX(CASE status WHEN 'success' THEN finished_ms END) AS success_ms,
+        MAX(CASE status WHEN 'failed' THEN finished_ms END) AS failed_ms,
+        MAX(CASE status WHEN 'interrupted' THEN finished_ms END) AS interrupted_ms
+    FROM {table} WHERE job IN (SELECT job FROM w) GROUP BY job
+)
+SELECT f.success_ms, f.failed_ms, f.interrupted_ms, r.*
+FROM f JOIN {table} AS r ON r.job = f.job AND r.slot_ms = f.newest_ms;
+
 -- name: jobs
 -- Returns: the job names, sorted. A loose index scan: one seek of the primary
 -- key (job, slot_ms) per job, where SELECT DISTINCT would read every stored
@@ -94,6 +113,51 @@ INSERT INTO {table} (
     :job, :slot_ms, :attempt, :token, :runner, :status, :lease_end_ms,
     :released, :handovers, :reason, :error, :started_ms, :finished_ms, :attempts, :manual
 );
+
+-- name: insert_plain
+-- Takes, by position: job, slot_ms, token, runner, lease_end_ms, reason,
+-- started_ms of a new run (attempt 1, running, its one attempt its own
+-- fields), then the claim's version (rule 23), keep and horizon_ms (as
+-- prune's). The commonest winning claim in one statement: a scheduled claim
+-- of a slot without a run (rules 1-6 do not apply), whose job has no newer
+-- run that a manual claim did not start (rule 9), no running run (rules 10
+-- and 11 have nothing to do), no pause (rule 16), no pending request at the
+-- slot (rule 12 has none to mark claimed) and no stored schedule newer than
+-- the claim's version (rule 23): the run is inserted (rule 12). Returns one
+-- row if it was, holding whether prune has runs to delete (rule 12); no row
+-- when any of that does not hold, and the rules decide the claim step by step.
+INSERT INTO {table} (
+    job, slot_ms, attempt, token, runner, status, lease_end_ms,
+    released, handovers, reason, error, started_ms, finished_ms, attempts, manual
+)
+SELECT ?1, ?2, 1, ?3, ?4, 'running', ?5, 0, 0, ?6, NULL, ?7, NULL, NULL, 0
+WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE job = ?1 AND slot_ms >= ?2 AND (manual = 0 OR slot_ms = ?2))
+  AND NOT EXISTS (SELECT 1 FROM {table} INDEXED BY {table}_running WHERE job = ?1 AND status = 'running')
+  AND NOT EXISTS (SELECT 1 FROM {table}_pauses WHERE job = ?1)
+  AND NOT EXISTS (SELECT 1 FROM {table}_requests WHERE job = ?1 AND slot_ms = ?2 AND state = 'pending')
+  AND IFNULL((SELECT version FROM {table}_schedules WHERE job = ?1), 0) <= ?8
+RETURNING EXISTS (
+    SELECT 1 FROM (
+        SELECT slot_ms FROM {table} WHERE job = ?1 AND status != 'running'
+        ORDER BY slot_ms DESC LIMIT -1 OFFSET ?9
+    ) WHERE slot_ms < ?10
+) AS prunable;
+
+-- name: finish_plain
+-- Takes, by position: job, slot_ms, token, status, error, now_ms. The
+-- commonest finish in one statement (rules 14 and 20): a running run with
+-- the token whose attempts are its own fields (NULL: one attempt, never
+-- released) ends, and that attempt with it. Changes no row when that does not
+-- hold, and the rules decide the finish step by step.
+UPDATE {table} SET status = ?4, error = ?5, finished_ms = ?6
+WHERE job = ?1 AND slot_ms = ?2 AND token = ?3 AND status = 'running' AND attempts IS NULL;
+
+-- name: renew_current
+-- Takes, by position: job, slot_ms, token, lease_end_ms. A heartbeat (rule
+-- 13) in one statement: the lease end of a running run with the token whose
+-- lease was not released; changes no row otherwise.
+UPDATE {table} SET lease_end_ms = ?4
+WHERE job = ?1 AND slot_ms = ?2 AND token = ?3 AND status = 'running' AND released = 0;
 
 -- name: update
 -- Takes: every column; (job, slot_ms) names the row.
