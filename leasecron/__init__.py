@@ -17,8 +17,8 @@ from .context import Context, Signal
 from .errors import Aborted, ConfigError, LeaseCronError, StoreError, StoreUnavailable
 from .events import Event
 from .jobs import Job
-from .runs import Claim, Run
-from .stored import StoredJob, StoredSchedule
+from .runs import Claim, Run, RunBrief
+from .stored import JobOverview, Overview, StoredJob, StoredSchedule
 from .cron import LeaseCron
 from .stores import MemoryStore, SQLiteStore, Store, open_store
 from .version import __version__
@@ -37,12 +37,15 @@ __all__ = [
     "Context",
     "Event",
     "Job",
+    "JobOverview",
     "LeaseCron",
     "LeaseCronError",
     "MemoryStore",
+    "Overview",
     "PostgresStore",
     "RedisStore",
     "Run",
+    "RunBrief",
     "SQLiteStore",
     "Signal",
     "Store",

@@ -84,6 +84,7 @@ class LeaseCron(ScheduleData):
         overlap: Optional[str] = None, catch_up_ms: Optional[int] = None, max_late_ms: Optional[int] = None,
         jitter_ms: Optional[int] = None, history_size: Optional[int] = None, tz: Optional[str] = None,
         timeout_ms: Optional[int] = None, retries: Optional[int] = None, retry_delay_ms: Optional[int] = None,
+        lease_margin_ms: Optional[int] = None,
         # the instance's own options
         stop_timeout_ms: int = 10_000, claim_threads: int = 4, poll_ms: int = 1_000,
     ) -> None:  # fmt: skip
@@ -98,8 +99,8 @@ class LeaseCron(ScheduleData):
         given = dict(
             lease_ms=lease_ms, heartbeat_ms=heartbeat_ms, max_attempts=max_attempts, overlap=overlap,
             catch_up_ms=catch_up_ms, max_late_ms=max_late_ms, jitter_ms=jitter_ms, history_size=history_size, tz=tz,
-            timeout_ms=timeout_ms, retries=retries, retry_delay_ms=retry_delay_ms, stop_timeout_ms=stop_timeout_ms,
-            claim_threads=claim_threads, poll_ms=poll_ms,
+            timeout_ms=timeout_ms, retries=retries, retry_delay_ms=retry_delay_ms, lease_margin_ms=lease_margin_ms,
+            stop_timeout_ms=stop_timeout_ms, claim_threads=claim_threads, poll_ms=poll_ms,
         )  # fmt: skip
         for option in INSTANCE_OPTIONS:
             option.check(given[option.name])

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import threading
 from datetime import datetime
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from .errors import ConfigError
 from .formatting import SlotText, slot_text
@@ -58,7 +58,9 @@ class Emitter:
 
     def __init__(self, runner: str) -> None:
         self.runner = runner
-        self._callbacks: Dict[str, List[Callback]] = {name: [] for name in EVENT_TYPES}
+        #: The callbacks of each event type, replaced (never changed in place) under the lock,
+        #: so :meth:`emit` reads them without it.
+        self._callbacks: Dict[str, Tuple[Callback, ...]] = {name: () for name in EVENT_TYPES}
         self._lock = threading.Lock()
 
     def on(self, name: str, callback: Callback) -> None:
@@ -68,7 +70,7 @@ class Emitter:
         if not callable(callback):
             raise ConfigError(f"callback for event {name!r} must be callable, not {callback!r}")
         with self._lock:
-            self._callbacks[name].append(callback)
+            self._callbacks[name] += (callback,)
 
     def after_fork(self, runner: str) -> None:
         """In a forked child: a fresh lock, and the child's runner name."""
@@ -86,8 +88,12 @@ class Emitter:
         error: Optional[str] = None,
         run: Optional[Run] = None,
         try_number: Optional[int] = None,
-    ) -> Event:
-        """Build the event and call its callbacks, in this thread."""
+    ) -> Optional[Event]:
+        """Build the event and call its callbacks, in this thread; the event, or None when no
+        callback wants it (then none is built: a run's start and end cost nothing more)."""
+        callbacks = self._callbacks[name]
+        if not callbacks:
+            return None
         event = Event(
             type=name,
             job=job,
@@ -100,8 +106,6 @@ class Emitter:
             slot_ms=slot_ms,
             try_number=try_number,
         )
-        with self._lock:
-            callbacks = list(self._callbacks[name])
         for callback in callbacks:
             try:
                 callback(event)
@@ -117,7 +121,7 @@ class Emitter:
         reason: Optional[str] = None,
         error: Optional[str] = None,
         try_number: Optional[int] = None,
-    ) -> Event:
+    ) -> Optional[Event]:
         """Emit an event about ``run``: its job, slot and attempt."""
         return self.emit(
             name, run.job, run.slot_ms, attempt=run.attempt, reason=reason, error=error, run=run, try_number=try_number
@@ -169,7 +173,7 @@ class ClaimText:
         self.reason = reason
 
     def __str__(self) -> str:
-        outcome, run = self.claim.outcome, self.claim.run
+        outcome, run = self.claim.outcome, self.claim.found
         if self.reason == Reason.MANUAL and outcome == Outcome.LATE:
             late_s = LATE_TOLERANCE_MS // 1000
             return f"the request expired: nobody claimed it within max_late_ms ({self.max_late_ms} ms) + {late_s} s"

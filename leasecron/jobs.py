@@ -15,16 +15,18 @@ import inspect
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 from .announcements import InUse
+from .controls import JobState, ManualRequest
 from .errors import ConfigError
 from .options import JobOptions, resolve_options
 from .schedules import Schedule, ScheduleSpec, make_schedule
 from .limits import check_job_name
-from .states import ScheduleSource
+from .runs import Run
+from .states import RequestState, ScheduleSource
 from .stored import StoredSchedule, schedule_spec
 
 __all__ = [
     "Job", "Task", "make_job", "make_task", "job_name", "job_schedule", "job_decorator", "effective_job",
-    "check_kwargs", "shown_schedule",
+    "check_kwargs", "shown_schedule", "expired_request",
 ]  # fmt: skip
 
 Handler = Callable[..., Any]
@@ -159,6 +161,23 @@ def shown_schedule(
         return make_schedule(spec, zone or "UTC"), options
     except ConfigError:  # a zone this host does not know: the instances may
         return None, options
+
+
+def expired_request(state: Optional[JobState], last: Optional[Run]) -> Optional[ManualRequest]:
+    """The request for a manual run of a job that an operator's tool shows as expired unclaimed
+    (``leasecron jobs``, the dashboard): the newest of ``state``'s requests that expired with no
+    instance claiming it, if it was made at or after the start of the job's newest run ``last``
+    (its first attempt's start; None: the job has no run); else None. So it shows until the
+    job's next run, of any reason, starts. Both times are on the store's
+    clock (a store keeps a job's newest 20 requests that ended)."""
+    requests = state.requests if state is not None else ()
+    expired = [request for request in requests if request.state == RequestState.EXPIRED]
+    if not expired:
+        return None
+    newest = max(expired, key=lambda request: request.slot_ms)
+    if last is not None and newest.slot_ms < min((a.started_ms for a in last.attempts), default=last.started_ms):
+        return None
+    return newest
 
 
 def make_job(

@@ -25,6 +25,7 @@ __all__ = [
     "BY_NAME",
     "JOB_OPTIONS",
     "INSTANCE_OPTIONS",
+    "default_margin_ms",
     "JobOptions",
     "DEFAULTS",
     "OPTION_NAMES",
@@ -113,6 +114,8 @@ OPTIONS: Tuple[Option, ...] = (
            none="no limit"),
     Option("retries", 0, "more tries of a handler that raised, under the same lease", minimum=0),
     Option("retry_delay_ms", 1_000, "the wait before the first retry, doubled after each", minimum=0),
+    Option("lease_margin_ms", None, "how long before its lease can end in the store a runner gives its run up",
+           minimum=0, none="min(heartbeat_ms, lease_ms // 10, lease_ms - 2 * heartbeat_ms)"),
     Option("stop_timeout_ms", 10_000, "how long stop() waits for running handlers", minimum=0, job=False),
     Option("claim_threads", 4, "the threads that send the instance's store calls", minimum=1, job=False),
     Option("poll_ms", 1_000, "how often a started instance asks for requests of manual runs", minimum=1,
@@ -147,6 +150,8 @@ class JobOptions:
     timeout_ms: Optional[int] = DEFAULTS["timeout_ms"]
     retries: int = DEFAULTS["retries"]
     retry_delay_ms: int = DEFAULTS["retry_delay_ms"]
+    #: Resolved by :func:`resolve_options` (:func:`default_margin_ms` when not given).
+    lease_margin_ms: int = 0
 
 
 def _describe(job: Optional[str]) -> str:
@@ -181,6 +186,15 @@ def resolve_options(
             f"{_describe(job)}: heartbeat_ms ({heartbeat}{_origin('heartbeat_ms', defaults, overrides, job)})"
             f" must be under half of lease_ms ({lease}{_origin('lease_ms', defaults, overrides, job)})"
         )
+    margin = values["lease_margin_ms"]
+    if margin is None:
+        values["lease_margin_ms"] = default_margin_ms(lease, heartbeat)
+    elif margin > lease - 2 * heartbeat:
+        raise ConfigError(
+            f"{_describe(job)}: lease_margin_ms ({margin}{_origin('lease_margin_ms', defaults, overrides, job)})"
+            f" must be at most lease_ms - 2 * heartbeat_ms ({lease - 2 * heartbeat}): the runner would give its"
+            " run up before a renewal sent one heartbeat late could be confirmed"
+        )
     timeout = values["timeout_ms"]
     if timeout is not None and timeout < heartbeat:
         raise ConfigError(
@@ -189,6 +203,13 @@ def resolve_options(
             " a shorter limit would end a run before its lease was ever renewed"
         )
     return JobOptions(**values)
+
+
+def default_margin_ms(lease_ms: int, heartbeat_ms: int) -> int:
+    """``lease_margin_ms`` when not given: one heartbeat, at most a tenth of the lease, and never so
+    much that a renewal sent one heartbeat late could not be confirmed before the runner gives up
+    (``heartbeat_ms`` under half of ``lease_ms`` keeps it at least 1)."""
+    return min(heartbeat_ms, lease_ms // 10, lease_ms - 2 * heartbeat_ms)
 
 
 def _origin(name: str, defaults: Mapping[str, Any], overrides: Mapping[str, Any], job: Optional[str]) -> str:

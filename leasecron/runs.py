@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timezone
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 from .compat import old_names_of
 from .states import Outcome, Status
 
 __all__ = [
     "Run",
+    "RunBrief",
     "Claim",
     "Attempt",
     "MAX_ATTEMPTS_KEPT",
@@ -53,6 +54,14 @@ class Attempt:
     ``expired`` attempt it is the end of its lease); ``outcome`` is an
     :class:`~leasecron.states.AttemptOutcome` value; ``error`` the failed
     attempt's error text.
+
+    ``returned_ms``, ``returned`` and ``returned_error`` (rule 26,
+    :meth:`~leasecron.Store.record_return`) say that the attempt's handler
+    returned (or raised) although the store may not show it: when (on the
+    store's clock, as its runner estimated it), with what result
+    (``"success"`` or ``"failed"``) and the failed handler's error text. They
+    are ``None`` unless a return was recorded; a recorded return changes
+    neither the attempt's ``outcome`` nor the run's status.
     """
 
     number: int
@@ -62,6 +71,9 @@ class Attempt:
     ended_ms: Optional[int]
     outcome: str
     error: Optional[str] = None
+    returned_ms: Optional[int] = None
+    returned: Optional[str] = None
+    returned_error: Optional[str] = None
 
     def to_dict(self) -> dict[str, object]:
         """The attempt as plain JSON-ready values."""
@@ -104,6 +116,22 @@ class Run:
         """True once the run ended (success, failed or interrupted)."""
         return self.status != Status.RUNNING
 
+    @property
+    def unshown_returns(self) -> Tuple[Attempt, ...]:
+        """The attempts with a recorded return (rule 26) whose result the run's ``status`` does
+        not show, oldest first: say an ``interrupted`` run whose attempt 1's handler returned
+        ``success``, or a ``running`` run whose expired attempt had returned."""
+        return tuple(a for a in self.attempts if a.returned is not None and a.returned != self.status)
+
+    @property
+    def status_text(self) -> str:
+        """The status as ``runs`` and the dashboard show it: with each of :attr:`unshown_returns`,
+        ``interrupted (attempt 1 returned success)``."""
+        unshown = self.unshown_returns
+        if not unshown:
+            return self.status
+        return f"{self.status} ({', '.join(f'attempt {a.number} returned {a.returned}' for a in unshown)})"
+
     def lease_alive(self, now_ms: int) -> bool:
         """True while the run is running and its lease ends after ``now_ms``."""
         return self.status == Status.RUNNING and self.lease_end_ms > now_ms
@@ -114,6 +142,29 @@ class Run:
         data["slot"] = self.slot.isoformat()
         data["attempts"] = [attempt.to_dict() for attempt in self.attempts]
         return data
+
+
+class RunBrief(NamedTuple):
+    """What a brief answer to a claim carries of the run it found: what an instance acts on.
+
+    A claim sent with ``brief=True`` (:class:`~leasecron.ClaimRequest`; the
+    engine sends every claim so) that is answered ``running`` or ``done``
+    carries this in :attr:`Claim.brief` in place of the whole :class:`Run`: the
+    current attempt (``attempt``, ``token``, ``runner``), the run's ``status``,
+    ``lease_end_ms`` and ``handed_over``, and ``manual``, whether a manual
+    claim started the run. Its other fields mean what the :class:`Run`'s of
+    the same name mean.
+    """
+
+    job: str
+    slot_ms: int
+    attempt: int
+    token: str
+    runner: str
+    status: str
+    lease_end_ms: int
+    handed_over: bool
+    manual: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,11 +189,19 @@ class Claim:
 
     outcome: str
     run: Optional[Run] = None
+    #: What a brief answer (``running`` or ``done`` to a claim sent with ``brief=True``) carries in
+    #: place of ``run``, which is then None; None in any other answer.
+    brief: Optional[RunBrief] = None
 
     @property
     def won(self) -> bool:
         """True when the caller won the run and must execute it."""
         return self.outcome == Outcome.WON
+
+    @property
+    def found(self) -> Union[Run, RunBrief, None]:
+        """The run the answer is about, whole (``run``) or brief (``brief``); None when none."""
+        return self.run if self.brief is None else self.brief
 
 
 __getattr__ = old_names_of(__name__)

@@ -22,6 +22,10 @@ next time.
 A schedule is stored as text: a cron expression as given, an interval as its seconds in decimal
 (``"30"``, ``"0.5"``); :func:`schedule_spec` reads it back. Nothing is pickled: ``kwargs`` and
 ``options`` are JSON objects. :func:`check_schedule_fields` checks all of it before a store sees it.
+
+What one read of a whole store gives the watchers (:meth:`~leasecron.Store.overview`) lives here too:
+an :class:`Overview` (the store's clock, the paused jobs, the stored schedules) with a
+:class:`JobOverview` per job (its newest run, and the newest end of its runs by status).
 """
 
 from __future__ import annotations
@@ -31,17 +35,21 @@ import json
 import math
 import re
 from datetime import timedelta
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .controls import ManualRequest
 from .errors import ConfigError, shown
 from .limits import check_job_name, check_text
 from .options import BY_NAME, check_option
+from .runs import Run
 from .schedules import ScheduleSpec, make_schedule
-from .states import ScheduleSource
+from .states import ScheduleSource, Status
 
 __all__ = [
+    "FINISHED_STATUSES",
+    "JobOverview",
     "MAX_JSON_BYTES",
+    "Overview",
     "Poll",
     "ScheduleChanges",
     "StoredJob",
@@ -49,6 +57,7 @@ __all__ = [
     "check_schedule_fields",
     "parse_json_object",
     "schedule_spec",
+    "overview_names",
     "schedule_text",
 ]
 
@@ -141,6 +150,76 @@ class Poll:
 
     requests: List[ManualRequest]
     schedules: ScheduleChanges
+
+
+#: The statuses of a run that ended: a :class:`JobOverview` holds the newest end of each.
+FINISHED_STATUSES: Tuple[str, ...] = (Status.SUCCESS.value, Status.FAILED.value, Status.INTERRUPTED.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOverview:
+    """What :meth:`~leasecron.Store.overview` reads of one job's stored runs.
+
+    ``last``: its newest stored run (by slot), with its attempts as :meth:`~leasecron.Store.runs`
+    gives them; None when it has none. ``last_finish_ms``: for each status of
+    :data:`FINISHED_STATUSES` that one of its stored runs ended with, the newest ``finished_ms``
+    among those runs: over *every* run the store keeps of it (``history_size`` finished ones),
+    so a success older than many failures is still found.
+    """
+
+    job: str
+    last: Optional[Run] = None
+    last_finish_ms: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def newest_slot_ms(self) -> Optional[int]:
+        """The slot of its newest stored run (None: no stored run)."""
+        return None if self.last is None else self.last.slot_ms
+
+    @property
+    def last_success_ms(self) -> Optional[int]:
+        """When its newest successful run ended (None: no stored run succeeded)."""
+        return self.last_finish_ms.get(Status.SUCCESS.value)
+
+    @classmethod
+    def of_runs(cls, job: str, runs: Sequence[Run]) -> "JobOverview":
+        """The overview of ``job`` from its stored ``runs``, newest slot first (all of them, for
+        the last finishes to be those of every stored run)."""
+        finished: Dict[str, int] = {}
+        for run in runs:
+            if run.status in FINISHED_STATUSES and run.finished_ms is not None:
+                status = str(run.status)
+                finished[status] = max(finished.get(status, run.finished_ms), run.finished_ms)
+        ordered = {status: finished[status] for status in FINISHED_STATUSES if status in finished}
+        return cls(job, runs[0] if runs else None, ordered)
+
+
+@dataclasses.dataclass(frozen=True)
+class Overview:
+    """The answer to :meth:`~leasecron.Store.overview`: what a watcher of every job reads, at one
+    moment where the store can (see the method for each store).
+
+    ``now_ms``: the store's clock. ``paused``: the names of the paused jobs, every one the store
+    holds (only the names: a watcher shows whether a job is paused and judges no paused job
+    overdue; who paused it, why, and the requests for manual runs are
+    :meth:`~leasecron.Store.job_states`'s, which reads every kept request). ``schedules``: every
+    stored schedule record by job, as ``schedule_changes(0)`` lists them (those gone back to
+    ``code`` too). ``jobs``: a :class:`JobOverview` of each job asked about and of each stored
+    job (an active record whose source is ``stored``), by name (:func:`overview_names`); a job
+    without stored runs has an empty one.
+    """
+
+    now_ms: int
+    paused: FrozenSet[str]
+    schedules: Mapping[str, StoredSchedule]
+    jobs: Mapping[str, JobOverview]
+
+
+def overview_names(jobs: Sequence[str], schedules: Iterable[StoredSchedule]) -> List[str]:
+    """The jobs an :class:`Overview` summarises: the names of ``jobs`` (each once, in their order),
+    then the stored jobs among ``schedules`` not among them, sorted."""
+    stored = sorted(record.job for record in schedules if record.source == ScheduleSource.STORED)
+    return list(dict.fromkeys([*jobs, *stored]))
 
 
 def schedule_text(spec: ScheduleSpec) -> str:

@@ -54,7 +54,8 @@ class Backups:
         if claim is None:
             keep = True
         elif claim.outcome == Outcome.RUNNING:
-            keep = claim.run is not None and not self._live.holds(claim.run)
+            found = claim.found
+            keep = found is not None and not self._live.holds(found)
         elif claim.outcome == Outcome.NONE:  # nobody claimed the slot yet; it may still be claimed
             keep = self._clock.now_ms() <= slot_ms + job.options.max_late_ms + LATE_TOLERANCE_MS
         else:

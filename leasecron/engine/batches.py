@@ -17,13 +17,11 @@ from typing import Set
 
 from ..jobs import Job
 from ..states import Reason
-from .claims import Batch, Claims
+from .claims import BATCH_MAX, Batch, Claims
 from .roles import Instance
 
 __all__ = ["Batches", "BATCH_MAX", "BATCH_MIN", "batch_size"]
 
-#: The most claims one batch sends (more go in further batches, to the pool's other threads).
-BATCH_MAX = 256
 #: Claims due at once are spread over the pool's threads in batches of at least this many.
 BATCH_MIN = 16
 

@@ -6,17 +6,21 @@ token of its own, and that same request goes to the store at every try
 the same attempt (rule 2). It is retried while the store is unavailable and
 its answer still matters. What each outcome asks of this instance is in
 :meth:`Claims.act`; a backup's checks are takeover claims, planned here too.
+The runs that one batch of claims found running elsewhere are checked
+together: one random delay of 1-2 heartbeats for them all, then one batch of
+takeover claims, so a burst's losers pay one round trip per batch for their
+checks, not one per run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from typing import List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ..events import ClaimText, SlotText, error_text, log
 from ..jobs import Job
-from ..runs import LATE_TOLERANCE_MS, Claim
+from ..runs import LATE_TOLERANCE_MS, Claim, Run, RunBrief
 from ..states import Outcome, Reason
 from ..stores import ClaimRequest
 from ..stores.records import new_token
@@ -29,6 +33,11 @@ __all__ = ["Claims", "Batch", "SKIP_RESCHEDULED", "jitter_ms"]
 
 #: A batch of claims to send together: (job, slot_ms, reason) each.
 Batch = List[Tuple[Job, int, Reason]]
+#: Runs this instance backs up, to check together: (job, slot_ms) each.
+Watches = List[Tuple[Job, int]]
+#: The most claims one batch sends (more go in further batches: to the pool's other threads, for
+#: the claims of a slot).
+BATCH_MAX = 256
 #: The outcomes of a new claim that emit ``skip`` (the ``reason`` of the event).
 _SKIPS = (Outcome.OVERLAP, Outcome.LATE, Outcome.EARLY, Outcome.PAUSED)
 #: The ``reason`` of the ``skip`` event of a claim answered ``stale`` (rule 23).
@@ -115,19 +124,30 @@ class Claims:
                 self._defer(one)
             else:
                 asked.append(one)
+        decided = self._many(asked, "claims", lambda one: self._instance.tasks.submit(self._send, one))
+        if decided is not None:
+            later: Watches = []
+            for one, claim, sent, answered in decided:
+                self.act(one, claim, sent, answered, later)
+            self._plan_checks(later)
+
+    def _many(
+        self, asked: List[_Asked], what: str, alone: Callable[[_Asked], None]
+    ) -> Optional[List[Tuple[_Asked, Claim, float, float]]]:
+        """Send ``asked`` in one ``claim_many`` (``what``: how the log names them): each claim with its
+        answer and when it was sent and answered; None when it failed (then ``alone`` takes each)."""
         if not asked:
-            return
+            return None
         sent = self._clock.monotonic()
         try:
             answers = self._instance.store.claim_many([one.request for one in asked])
         except Exception as exc:  # noqa: BLE001 - each claim is sent again alone, and retried so
-            log.info("leasecron: a batch of %d claims failed (%s): sending each alone", len(asked), exc)
+            log.info("leasecron: a batch of %d %s failed (%s): sending each alone", len(asked), what, exc)
             for one in asked:
-                self._instance.tasks.submit(self._send, one)
-            return
+                alone(one)
+            return None
         answered = self._clock.monotonic()
-        for one, claim in zip(asked, answers):
-            self.act(one, claim, sent, answered)
+        return [(one, claim, sent, answered) for one, claim in zip(asked, answers)]
 
     def _ask(self, job: Job, slot_ms: int, reason: Reason, max_late: Optional[int] = None) -> Optional[_Asked]:
         """The claim of ``slot_ms`` to send, with a token of its own; None when none may be sent."""
@@ -142,7 +162,7 @@ class Claims:
             matters_s = (slot_ms + max_late + LATE_TOLERANCE_MS - self._clock.now_ms()) / 1000
         request = ClaimRequest(
             job.name, slot_ms, self._instance.runner, reason, opts.lease_ms, opts.max_attempts, max_late,
-            opts.overlap, opts.history_size, new_token(), job.version,
+            opts.overlap, opts.history_size, new_token(), job.version, True,  # brief: a loser reads less
         )  # fmt: skip
         return _Asked(job, request, self._clock.monotonic() + max(matters_s, 0.0))
 
@@ -187,8 +207,9 @@ class Claims:
 
     # -- acting on the answer ------------------------------------------------------------------
 
-    def act(self, one: _Asked, claim: Claim, sent: float, answered: float) -> None:
-        """Do what ``claim``'s outcome asks of this instance.
+    def act(self, one: _Asked, claim: Claim, sent: float, answered: float, later: Optional[Watches] = None) -> None:
+        """Do what ``claim``'s outcome asks of this instance (the runs it backs up now go to
+        ``later``, when given, to be checked together).
 
         ``won`` starts a live run; ``running`` makes the instance a backup of
         the run; ``overlap`` emits ``skip`` and backs up both the other run
@@ -206,10 +227,9 @@ class Claims:
             log.debug("leasecron: backup check job %r slot %s runner %r: %s", *ids, answer)
         elif outcome not in _SKIPS and outcome != Outcome.WON:  # these have lines of their own
             log.debug("leasecron: claimed job %r slot %s runner %r (%s): %s", *ids, reason, answer)
-        run = claim.run
-        if run is not None and run.slot_ms == slot_ms and outcome in _RUN_FOUND and job.options.overlap == "skip":
-            started_by = run.attempts[0].reason if run.attempts else run.reason
-            if started_by != Reason.MANUAL:  # the earlier runs ended: their backups need no check
+        run, found = claim.run, claim.found
+        if found is not None and found.slot_ms == slot_ms and outcome in _RUN_FOUND and job.options.overlap == "skip":
+            if not _started_manually(found):  # the earlier runs ended: their backups need no check
                 self._backups.forget_before(job.name, slot_ms)
         if outcome == Outcome.WON:
             assert run is not None
@@ -217,7 +237,7 @@ class Claims:
             self._backups.forget((run.job, run.slot_ms))  # live here now
             self._clock_sync.check_drift(run.lease_end_ms - request.lease_ms, sent, answered)
         elif outcome == Outcome.RUNNING:
-            self.watch(job, slot_ms)
+            self._watch(job, slot_ms, later)
         elif outcome == Outcome.STALE:
             log.info("leasecron: skipped job %r slot %s runner %r (%s): %s", *ids, SKIP_RESCHEDULED, answer)
             self._instance.events.emit("skip", job.name, slot_ms, reason=SKIP_RESCHEDULED, run=run)
@@ -228,9 +248,9 @@ class Claims:
             log.info("leasecron: skipped job %r slot %s runner %r (%s): %s", *ids, outcome, answer)
             self._instance.events.emit("skip", job.name, slot_ms, reason=outcome, run=run)
             if outcome == Outcome.OVERLAP and run is not None:
-                self.watch(job, run.slot_ms)
+                self._watch(job, run.slot_ms, later)
                 if reason != Reason.MANUAL:  # a skipped request was consumed: its slot gets no run
-                    self.watch(job, slot_ms)
+                    self._watch(job, slot_ms, later)
             elif outcome == Outcome.EARLY:
                 # our estimate of the store's clock runs ahead (its clock stepped back): read it
                 # again, and claim the slot again when it is due on the store's clock
@@ -246,10 +266,31 @@ class Claims:
         if self._backups.add(job, slot_ms):
             self._plan_check(job, slot_ms, delay_ms)
 
+    def _watch(self, job: Job, slot_ms: int, later: Optional[Watches]) -> None:
+        """:meth:`watch`, its check planned with the others of ``later`` when given."""
+        if later is None:
+            self.watch(job, slot_ms)
+        elif self._backups.add(job, slot_ms):
+            later.append((job, slot_ms))
+
     def _plan_check(self, job: Job, slot_ms: int, delay_ms: Optional[float] = None) -> None:
         if delay_ms is None:
             delay_ms = random.uniform(1, 2) * job.options.heartbeat_ms
         self._instance.timers.call_later(delay_ms, self._instance.tasks.submit, self._check, job, slot_ms)
+
+    def _plan_checks(self, watches: Watches) -> None:
+        """Check the runs of ``watches`` together: one random delay of 1-2 heartbeats for those of a
+        heartbeat, then one batch of takeover claims (the runs a batch of claims found running
+        elsewhere are checked in one round trip, not one each)."""
+        by_heartbeat: Dict[int, Watches] = {}
+        for job, slot_ms in watches:
+            by_heartbeat.setdefault(job.options.heartbeat_ms, []).append((job, slot_ms))
+        for heartbeat_ms, group in by_heartbeat.items():
+            if len(group) == 1:
+                self._plan_check(*group[0])
+                continue
+            delay_ms = random.uniform(1, 2) * heartbeat_ms
+            self._instance.timers.call_later(delay_ms, self._instance.tasks.submit, self._check_all, group)
 
     def _check(self, job: Job, slot_ms: int) -> None:
         """A backup's check: a takeover claim, as the job is scheduled here now (its schedule may
@@ -261,3 +302,35 @@ class Claims:
         claim = self.claim(job, slot_ms, Reason.TAKEOVER)
         if self._backups.again(job, slot_ms, claim):
             self._plan_check(job, slot_ms)
+
+    def _check_all(self, watches: Watches) -> None:
+        """The checks of ``watches`` in batches of takeover claims (a batch that fails: each check
+        alone); the runs that may still need us are checked again together."""
+        asked = []
+        for job, slot_ms in watches:
+            current = self._roster.get(job.name)
+            if current is None or not self._backups.watched(job.name, slot_ms):
+                continue
+            one = self._ask(current, slot_ms, Reason.TAKEOVER)
+            if one is not None:
+                asked.append(one)
+        later: Watches = []
+        for start in range(0, len(asked), BATCH_MAX):
+            batch = asked[start : start + BATCH_MAX]
+            alone = self._check_alone
+            for one, claim, sent, answered in self._many(batch, "backup checks", alone) or []:
+                self.act(one, claim, sent, answered, later)
+                if self._backups.again(one.job, one.request.slot_ms, claim):
+                    later.append((one.job, one.request.slot_ms))
+        self._plan_checks(later)
+
+    def _check_alone(self, one: _Asked) -> None:
+        """A check of a batch that failed: sent again alone (a new claim, from the pool)."""
+        self._instance.tasks.submit(self._check, one.job, one.request.slot_ms)
+
+
+def _started_manually(run: Union[Run, RunBrief]) -> bool:
+    """Whether a manual claim started ``run`` (a whole run: its first attempt kept says so)."""
+    if isinstance(run, RunBrief):
+        return run.manual
+    return (run.attempts[0].reason if run.attempts else run.reason) == Reason.MANUAL

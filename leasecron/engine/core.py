@@ -241,7 +241,7 @@ class Engine:
             future.cancel()
         for run in live:
             run.signal.abort(AbortReason.STOP)
-        self._wait_until(lambda: all(r.ended.is_set() for r in live), deadline)
+        self._wait_until(lambda: all(r.ended for r in live), deadline)
         # A claim in flight that wins is handed straight back (LiveRuns.start), also after stop()
         # returned; a start-up still waiting on a store that never answered is simply left.
         in_flight_deadline = min(deadline, clock.monotonic() + IN_FLIGHT_WAIT_S)

@@ -3,18 +3,27 @@
 A won claim starts a :class:`~leasecron.engine.live.LiveRun` here; once the
 instance stops (:meth:`LiveRuns.close`), a claim still in flight that wins is
 released at once instead (a hand-over costs no attempt).
+
+The live runs' *keeper* is one timer for them all, not a few per run: it is
+planned at the earliest time a live run needs looking at (its first
+heartbeat, its local deadline, its timeout), and there it lets each run act on
+what fell due (:meth:`~leasecron.engine.live.LiveRun.keep`) and plans itself
+again. A run that ends before its first heartbeat, as most do, costs the
+scheduler thread nothing.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional, Union
 
 from ..events import SlotText, log
 from ..jobs import Job
-from ..runs import Run
+from ..runs import Run, RunBrief
 from ..states import Reason
+from .finishes import Finishes
 from .live import LiveRun, RunSupport
+from .returns import Returns
 from .roles import Instance, RunKey, Threads
 
 __all__ = ["LiveRuns"]
@@ -26,10 +35,12 @@ class LiveRuns:
 
     def __init__(self, instance: Instance, workers: Threads) -> None:
         self._instance = instance
-        self._support = RunSupport(instance, workers, self)
+        self._support = RunSupport(instance, workers, self, Finishes(instance.store, workers), Returns(instance))
         self._lock = threading.Lock()
         self._live: Dict[RunKey, LiveRun] = {}
         self._closed = False
+        #: When the keeper is planned (monotonic s), None when it is not.
+        self._keeper_due: Optional[float] = None
 
     def start(self, job: Job, run: Run, claim_sent: float) -> None:
         """Execute ``run``, won by a claim sent at the monotonic time ``claim_sent`` (its local
@@ -53,6 +64,28 @@ class LiveRuns:
             log.info("leasecron: won job %r slot %s attempt %d runner %r (%s)", *ids)
         self._instance.events.emit_run("start", run, reason=run.reason)
         live.start()
+        self.plan(live.keep(self._instance.clock.monotonic()))
+
+    def plan(self, due: Optional[float]) -> None:
+        """Have the keeper look at the live runs at the monotonic time ``due`` (or sooner; None:
+        nothing to look at)."""
+        if due is None:
+            return
+        with self._lock:
+            if self._keeper_due is not None and self._keeper_due <= due:
+                return
+            self._keeper_due = due
+        self._instance.timers.call_at_monotonic(due, self._keep)
+
+    def _keep(self) -> None:
+        """The keeper, in the scheduler thread: each live run acts on what fell due; planned again
+        at the earliest time one needs looking at."""
+        now = self._instance.clock.monotonic()
+        with self._lock:
+            self._keeper_due = None
+            live = list(self._live.values())
+        dues = [due for due in (run.keep(now) for run in live) if due is not None]
+        self.plan(min(dues) if dues else None)
 
     def ended(self, live: LiveRun) -> None:
         """``live``'s threads are done with it: no thread of it touches the store any more."""
@@ -64,7 +97,7 @@ class LiveRuns:
         """Whether the run ``key`` is live here."""
         return key in self._live
 
-    def holds(self, run: Run) -> bool:
+    def holds(self, run: Union[Run, RunBrief]) -> bool:
         """Whether ``run``'s current attempt (its token) is one this instance executes."""
         with self._lock:
             return any(live.run.token == run.token for live in self._live.values())

@@ -10,11 +10,11 @@ any object that plays the role.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Optional, Protocol, Tuple
+from typing import Any, Callable, Iterable, Optional, Protocol, Tuple, Union
 
 from ..events import Emitter
 from ..jobs import Job
-from ..runs import Claim, Run
+from ..runs import Claim, Run, RunBrief
 from ..states import Reason
 from ..stored import StoredSchedule
 from ..stores import Store
@@ -96,7 +96,7 @@ class Starter(Protocol):
     def is_live(self, key: RunKey) -> bool:
         """Whether the run ``key`` is live here."""
 
-    def holds(self, run: Run) -> bool:
+    def holds(self, run: Union[Run, RunBrief]) -> bool:
         """Whether ``run``'s current attempt is one this instance executes."""
 
 

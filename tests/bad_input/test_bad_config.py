@@ -102,11 +102,12 @@ def test_the_longest_interval_is_accepted(cron: LeaseCron) -> None:
 @pytest.mark.parametrize("value", [2**60, 2**50 + 1, "1000", 1000.0, True, False, None, [1000]])
 def test_absurd_or_mistyped_integer_options_are_refused_on_jobs(cron: LeaseCron, option: str, value: Any) -> None:
     """Every integer option refuses 2**60, a string, a float, a bool, None and a list on a job:
-    ConfigError naming the job and the option (heartbeat_ms alone may be None: derived, and
-    timeout_ms: no limit)."""
-    if option in ("heartbeat_ms", "timeout_ms") and value is None:
+    ConfigError naming the job and the option (heartbeat_ms and lease_margin_ms alone may be
+    None: derived, and timeout_ms: no limit)."""
+    if option in ("heartbeat_ms", "lease_margin_ms", "timeout_ms") and value is None:
         job = cron.add_job(lambda: None, 60, name="the-job", **{option: None})
-        assert job.options.heartbeat_ms > 0 and job.options.timeout_ms is None
+        assert job.options.heartbeat_ms > 0 and job.options.lease_margin_ms > 0
+        assert job.options.timeout_ms is None
         return
     assert option in _refused(cron, 60, **{option: value})
 

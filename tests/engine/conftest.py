@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, List, Optional
+from pathlib import Path
+from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
 from leasecron import LeaseCron, Store
-from tests.conftest import Backend
+from tests.conftest import ENGINE_BACKENDS, Backend, open_backend
+from tests.engine_backends import process_backend  # noqa: F401 - every shared backend but Valkey
 from tests.engine.support import FAST
 
 MakeCron = Callable[..., LeaseCron]
@@ -29,6 +31,12 @@ class Gates:
     def open_all(self) -> None:
         for event in self.made:
             event.set()
+
+
+@pytest.fixture(params=ENGINE_BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each backend of the engine suite in turn (every one but Valkey: tests/conftest.py says why)."""
+    yield from open_backend(request.param, tmp_path)
 
 
 @pytest.fixture

@@ -150,6 +150,28 @@ def test_a_batch_whose_answer_was_lost_is_sent_again_claim_by_claim_with_the_sam
     s.stop()
 
 
+def test_the_runs_a_batch_found_running_are_checked_together_and_taken_over_together() -> None:
+    """Ten jobs every 10 s whose slot a runner that is gone claimed just before this instance (a live
+    3 s lease): the batch of claims finds them running, and the backup checks all ten in one batch of
+    takeover claims per check, never a single claim; once the leases ended, one such batch takes them
+    all over."""
+    s, store = stepped()
+    names = [f"job-{i}" for i in range(10)]
+    s.boot(*(s.job(10, name=name, catch_up_ms=0) for name in names))
+    s.advance_to(at(10) - 1)
+    s.time.advance(1)  # the slot is due: the runner that is gone claims it first
+    for name in names:
+        assert store.inner.claim(name, at(10), runner="gone", lease_ms=3_000).outcome == "won"
+    s.advance_to(at(14))
+    assert [sorted(batch) for batch in store.batches[:1]] == [[(name, at(10), "schedule") for name in names]]
+    checks = store.batches[1:]
+    assert len(checks) >= 2  # checked while the leases lived, then taken over
+    assert all(sorted(batch) == [(name, at(10), "takeover") for name in names] for batch in checks)
+    assert store.singles == []
+    assert sorted(started(s)) == [(name, at(10), "takeover", 2) for name in names]
+    s.stop()
+
+
 def test_three_instances_claim_in_batches_and_run_each_slot_once(make_cron: MakeCron, backend: Backend) -> None:
     """Three instances, 30 jobs on a 1 s interval, on a shared store: for two slots, every job ran
     once per slot, and the claims reached the store in batches of more than one claim."""

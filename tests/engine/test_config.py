@@ -37,7 +37,7 @@ def cron() -> LeaseCron:
 DOCUMENTED_DEFAULTS: Dict[str, Any] = {
     "lease_ms": 30_000, "heartbeat_ms": 5_000, "max_attempts": 3, "overlap": "skip", "catch_up_ms": 300_000,
     "max_late_ms": 30_000, "jitter_ms": 1_000, "history_size": 100, "tz": "UTC", "timeout_ms": None, "retries": 0,
-    "retry_delay_ms": 1_000,
+    "retry_delay_ms": 1_000, "lease_margin_ms": 3_000,
 }  # fmt: skip
 
 
@@ -93,7 +93,7 @@ def test_job_overrides_replace_instance_defaults() -> None:
         60_000, 5_000, 5, "allow", 7,
     )  # fmt: skip
     assert (plain.catch_up_ms, plain.max_late_ms, plain.history_size, plain.tz) == (300_000, 30_000, 100, "UTC")
-    assert own == JobOptions(**OVERRIDES)
+    assert own == JobOptions(**OVERRIDES, lease_margin_ms=200)  # derived: a tenth of its lease
 
 
 @pytest.mark.parametrize(
@@ -115,6 +115,37 @@ def test_instance_heartbeat_default_applies_to_jobs_with_a_longer_lease() -> Non
     cron = LeaseCron(MemoryStore(), runner="r", heartbeat_ms=700)
     cron.add_job(noop, 60, name="j", lease_ms=2_000)
     assert cron.jobs["j"].options.heartbeat_ms == 700
+
+
+@pytest.mark.parametrize(
+    "lease_ms, heartbeat_ms, margin_ms",
+    [(30_000, 5_000, 3_000), (3_000, 500, 300), (600, 100, 60), (1_000, 100, 100), (1_000, 450, 100),
+     (1_000, 499, 2), (3, 1, 0)],
+)  # fmt: skip
+def test_the_lease_margin_is_derived_from_the_jobs_lease_and_heartbeat(
+    lease_ms: int, heartbeat_ms: int, margin_ms: int
+) -> None:
+    """lease_margin_ms defaults to one heartbeat, at most a tenth of the lease, and at most
+    lease_ms - 2 * heartbeat_ms: an explicit heartbeat close to half the lease still fits."""
+    cron = LeaseCron(MemoryStore(), runner="r")
+    cron.add_job(noop, 60, name="j", lease_ms=lease_ms, heartbeat_ms=heartbeat_ms)
+    assert cron.jobs["j"].options.lease_margin_ms == margin_ms
+
+
+def test_a_lease_margin_must_leave_two_heartbeats_of_the_lease() -> None:
+    """An explicit lease_margin_ms up to lease_ms - 2 * heartbeat_ms is taken (0 too: no margin);
+    a larger one is refused, naming the job, the option and the bound."""
+    cron = LeaseCron(MemoryStore(), runner="r", lease_ms=3_000, heartbeat_ms=500)
+    cron.add_job(noop, 60, name="edge", lease_margin_ms=2_000)
+    cron.add_job(noop, 60, name="none", lease_margin_ms=0)
+    assert (cron.jobs["edge"].options.lease_margin_ms, cron.jobs["none"].options.lease_margin_ms) == (2_000, 0)
+    with pytest.raises(ConfigError, match=r"job 'wide': lease_margin_ms \(2001\) must be at most lease_ms - 2"
+                       r" \* heartbeat_ms \(2000\)"):  # fmt: skip
+        cron.add_job(noop, 60, name="wide", lease_margin_ms=2_001)
+    with pytest.raises(ConfigError, match=r"LeaseCron: lease_margin_ms \(701\) must be at most"):
+        LeaseCron(MemoryStore(), runner="r", lease_ms=1_000, heartbeat_ms=150, lease_margin_ms=701)
+    with pytest.raises(ConfigError, match="lease_margin_ms must be >= 0"):
+        cron.add_job(noop, 60, name="negative", lease_margin_ms=-1)
 
 
 BAD_JOB_OPTIONS = [

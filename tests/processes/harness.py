@@ -166,14 +166,17 @@ class Cluster:
         retries: int = 0,
         retry_delay_ms: int = 1_000,
         fail_tries: int = 0,
+        lease_margin_ms: Optional[int] = None,
+        url: Optional[str] = None,
     ) -> Worker:
-        """Start one worker process (it prints ``ready`` once started); ``job`` defaults to the cluster's."""
+        """Start one worker process (it prints ``ready`` once started); ``job`` defaults to the cluster's,
+        ``url`` to the cluster's store URL (another way to the same store: a proxy)."""
         assert runner not in self.workers, runner
         cmd = [
             sys.executable,
             "-m",
             "leasecron.cli.worker",
-            "--store", self.url,
+            "--store", url or self.url,
             "--runner", runner,
             "--job", job or self.job,
             "--every", repr(every),
@@ -191,6 +194,8 @@ class Cluster:
         ]  # fmt: skip
         if timeout_ms is not None:
             cmd += ["--timeout-ms", str(timeout_ms)]
+        if lease_margin_ms is not None:
+            cmd += ["--lease-margin-ms", str(lease_margin_ms)]
         if ignore_abort:
             cmd.append("--ignore-abort")
         if probe_finish:
