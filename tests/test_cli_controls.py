@@ -246,7 +246,9 @@ def test_trigger_wait_success_and_failure(backend: Backend, instance: LeaseCron)
     run = data["run"]
     assert (run["slot_ms"], run["reason"], run["status"]) == (data["request"]["slot_ms"], "manual", "success")
     [attempt] = run["attempts"]
-    assert set(attempt) == {"number", "runner", "reason", "started_ms", "ended_ms", "outcome", "error"}
+    assert set(attempt) == {"number", "runner", "reason", "started_ms", "ended_ms", "outcome", "error",
+                            "returned_ms", "returned", "returned_error"}  # fmt: skip
+    assert attempt["returned"] is None  # rule 26: the finish reached the store, nothing else to record
     assert (attempt["number"], attempt["runner"], attempt["reason"], attempt["outcome"]) == (1, "web-1", "manual",
                                                                                          "success")  # fmt: skip
 

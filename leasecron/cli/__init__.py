@@ -196,11 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
     check = _command(
         sub,
         "check",
-        "check a store: connectivity, schema, clock offset, round-trip time",
+        "check a store: connectivity, schema, clock offset, round-trip time; with --app, overdue jobs",
         "Open the store, create its schema if it is missing (as an instance would), and measure its clock"
-        " offset and round trip.",
+        " offset and round trip. With --app, also watch every job the app knows (registered, or stored):"
+        " exit 1 naming each overdue job (a slot due more than max_late_ms + 10 s ago, after its newest"
+        " stored run, has no run; not paused), and with --failed each job whose last run failed.",
     )
-    _url_argument(check)
+    _url_argument(check, "store URL (default: the store of the --app's LeaseCron)")
+    check.add_argument("--app", metavar="module:attr", help="the app's LeaseCron (or Flask app): its jobs are watched")
+    check.add_argument(
+        "--failed", action="store_true", help="also exit 1 naming each job whose last run failed (of the app's jobs)"
+    )
+    _json_argument(check, "a JSON object: the store's figures, and with --app every job watched")
 
     run = _command(
         sub,

@@ -1,6 +1,6 @@
 """The operators' commands: ``runs`` (what the store holds), ``jobs`` (each job's last and next
-run, its pause and pending manual runs), ``check`` (can we reach the store, and how fast),
-``run`` (run a LeaseCron object from an importable module until SIGTERM).
+run, its pause and pending manual runs), ``check`` (can we reach the store, and how fast; with an
+app, is a job overdue or failing), ``run`` (run a LeaseCron object from an importable module until SIGTERM).
 
 One implementation serves both command lines: ``runs_output``, ``jobs_output`` and
 ``check_output`` take a store (or a LeaseCron) and return the lines to print, ``run_cron`` runs
@@ -29,7 +29,9 @@ from ..cron import LeaseCron
 from .targets import load_cron
 from ..stores import Store, open_store
 from ..stores.checks import MAX_RECENT_JOBS
-from ..jobs import shown_schedule
+from ..jobs import expired_request, shown_schedule
+from ..formatting import format_duration, utc_text
+from ..watching import read_watches
 from .tables import JobRow, job_dict, jobs_lines, runs_lines
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "CommandError",
     "app_defaults",
     "check_output",
+    "check_report",
     "cmd_check",
     "cmd_jobs",
     "cmd_run",
@@ -154,8 +157,9 @@ def _store_of(cron: Optional[LeaseCron]) -> Store:
 
 def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[str]:
     """The lines ``jobs`` prints: each job with stored runs, paused or with requests for manual
-    runs (and each job of ``cron``), with its last run, how many runs the store keeps, its pause
-    and pending manual runs (one :meth:`~leasecron.Store.job_states` call for every job, one
+    runs (and each job of ``cron``), with its last run, how many runs the store keeps, its pause,
+    its pending manual runs and a request made since its last run started that expired unclaimed
+    (:func:`~leasecron.jobs.expired_request`) (one :meth:`~leasecron.Store.job_states` call for every job, one
     :meth:`~leasecron.Store.recent_runs` per 1,000 jobs), the schedules stored in the store (an
     override, or a stored job: one :meth:`~leasecron.Store.schedule_changes` call) and — from
     them and the schedules of the code, ``cron``'s or those the live instances announce (one
@@ -186,6 +190,7 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
                 next_ms=schedule.next_after(now_ms) if schedule is not None else None,
                 registered=job is not None,
                 state=states.get(name),
+                expired=expired_request(states.get(name), runs[0] if runs else None),
                 options=options,
                 record=records.get(name),
                 in_use=uses,
@@ -203,28 +208,74 @@ def jobs_output(store: Store, cron: Optional[LeaseCron], as_json: bool) -> List[
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """``leasecron check URL``: reach the store, create its schema, measure clock and round trip."""
-    store = open_store(args.url)  # ConfigError: exit 2
+    """``leasecron check [URL] [--app module:attr] [--failed] [--json]``: reach the store, create
+    its schema, measure clock and round trip; with ``--app``, exit 1 naming each overdue job (and
+    with ``--failed`` each job whose last run failed)."""
+    cron = load_cron(args.app, what="--app") if args.app else None
+    if args.url is None and cron is None:
+        raise ConfigError("give a store URL, or --app module:attr (whose LeaseCron names the store)")
+    store = open_store(args.url) if args.url is not None else None  # ConfigError: exit 2
     try:
-        _print(check_output(store))
+        lines, code = check_report(store or _store_of(cron), cron, failed=args.failed, as_json=args.json)
+        _print(lines)
     finally:
         try:
-            store.close()
+            if store is not None:
+                store.close()
         except Exception:  # noqa: BLE001 - closing a store that failed must not hide the failure
             pass
-    return 0
+    return code
 
 
 def check_output(store: Store) -> List[str]:
     """The lines ``check`` prints: the store reached, its schema created, its clock offset and
     round trip measured. Raises :class:`CommandError` naming the failure when it cannot."""
+    return check_report(store)[0]
+
+
+def check_report(
+    store: Store, cron: Optional[LeaseCron] = None, *, failed: bool = False, as_json: bool = False
+) -> Tuple[List[str], int]:
+    """The lines ``check`` prints and its exit code: the store reached, its schema created, its
+    clock offset and round trip measured; with ``cron`` (``--app``) every job it knows watched
+    (:func:`~leasecron.watching.read_watches`): exit code 1 when one is overdue or, with
+    ``failed``, its newest run failed, each named on a line of its own. ``as_json``: one JSON
+    object. Raises :class:`CommandError` naming the failure when the store cannot be used."""
+    if failed and cron is None:
+        raise ConfigError("--failed needs --app module:attr: the jobs checked are those the app knows")
     try:
-        return _check(store)
+        facts = _check(store)
+        watched = read_watches(store, cron.jobs, app_defaults(cron)) if cron is not None else None
     except Exception as exc:  # noqa: BLE001 - any failure to reach the store is the answer
         raise CommandError(f"check of {store!r} failed: {type(exc).__name__}: {exc}") from exc
+    jobs = list(watched.jobs.values()) if watched is not None else []
+    overdue = [seen for seen in jobs if seen.overdue]
+    failing = [seen for seen in jobs if failed and seen.failed]
+    code = 1 if overdue or failing else 0
+    if as_json:
+        facts.update(ok=code == 0, overdue=[seen.job for seen in overdue], failed=[seen.job for seen in failing])
+        if watched is not None:
+            facts.update(now_ms=watched.now_ms, jobs=[seen.to_dict() for seen in jobs])
+        return [json.dumps(facts, indent=2)], code
+    lines = _check_lines(facts)
+    if watched is not None:
+        counted = f"{len(overdue)} overdue" + (f", {len(failing)} failed" if failed else "")
+        lines.append(f"jobs          {len(jobs)} watched (registered by the app, or stored): {counted}")
+        for seen in overdue:
+            assert seen.overdue_slot_ms is not None
+            late = format_duration(watched.now_ms - seen.overdue_slot_ms)
+            lines.append(f"OVERDUE       {seen.job}: its slot {utc_text(seen.overdue_slot_ms)} UTC has no run, due"
+                         f" {late} ago (max_late_ms {seen.max_late_ms} + 10 s)")  # fmt: skip
+        for seen in failing:
+            assert seen.last is not None
+            error = (seen.last.error or "").strip().splitlines()[-1:] or ["no error recorded"]
+            slot = utc_text(seen.last.slot_ms)
+            lines.append(f"FAILED        {seen.job}: its last run (slot {slot} UTC) failed: {error[0]}")
+    lines.append("ok" if code == 0 else f"not ok: {len(overdue)} overdue, {len(failing)} failed")
+    return lines, code
 
 
-def _check(store: Store) -> List[str]:
+def _check(store: Store) -> Dict[str, Any]:
     store.get_run(CHECK_PROBE_JOB, 0)  # the first real call: connects and creates the schema
     jobs = store.jobs()
     offset, trip = _clock_offset(store)
@@ -233,15 +284,26 @@ def _check(store: Store) -> List[str]:
         before = time.perf_counter()
         store.get_run(CHECK_PROBE_JOB, 0)
         samples.append((time.perf_counter() - before) * 1000)
-    lines = [f"store         {store.kind}  {store!r}", f"server        {store.server_version()}"]
-    lines += [f"replication   {line}" for line in store.replication()]
-    lines += [f"WARNING       {warning}" for warning in store.durability_warnings()]
+    return {
+        "store": store.kind, "repr": repr(store), "server": store.server_version(),
+        "replication": list(store.replication()), "warnings": list(store.durability_warnings()),
+        "jobs_with_runs": len(jobs), "clock_offset_ms": round(offset, 1), "clock_read_ms": round(trip, 2),
+        "round_trip_ms": {"median": round(statistics.median(samples), 2), "max": round(max(samples), 2),
+                          "calls": CHECK_SAMPLES},
+    }  # fmt: skip
+
+
+def _check_lines(facts: Dict[str, Any]) -> List[str]:
+    """The text of :func:`_check`'s facts, but the last line."""
+    trip = facts["round_trip_ms"]
+    lines = [f"store         {facts['store']}  {facts['repr']}", f"server        {facts['server']}"]
+    lines += [f"replication   {line}" for line in facts["replication"]]
+    lines += [f"WARNING       {warning}" for warning in facts["warnings"]]
     lines += [
-        f"schema        ok ({len(jobs)} job(s) with stored runs)",
-        f"clock offset  {offset:+.1f} ms (the store's clock minus this host's; read with a {trip:.2f} ms round trip)",
-        f"round trip    median {statistics.median(samples):.2f} ms, max {max(samples):.2f} ms"
-        f" ({CHECK_SAMPLES} calls of get_run)",
-        "ok",
+        f"schema        ok ({facts['jobs_with_runs']} job(s) with stored runs)",
+        f"clock offset  {facts['clock_offset_ms']:+.1f} ms (the store's clock minus this host's; read with a"
+        f" {facts['clock_read_ms']:.2f} ms round trip)",
+        f"round trip    median {trip['median']:.2f} ms, max {trip['max']:.2f} ms ({trip['calls']} calls of get_run)",
     ]
     return lines
 

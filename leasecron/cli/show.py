@@ -24,7 +24,7 @@ from ..formatting import format_duration, lease_left, local_time, short_error, u
 from .commands import CommandError, reading
 from .tables import format_table
 
-__all__ = ["ATTEMPT_HEADERS", "cmd_show", "parse_slot", "run_lines", "show_output"]
+__all__ = ["ATTEMPT_HEADERS", "RETURNED_HEADER", "cmd_show", "parse_slot", "return_lines", "run_lines", "show_output"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _YEAR_10000_MS = 253_402_300_800_000
@@ -89,6 +89,8 @@ def show_output(store: Store, job: str, slot_ms: int, as_json: bool) -> List[str
 # -- the view --------------------------------------------------------------------------------
 
 ATTEMPT_HEADERS = ["attempt", "runner", "reason", "started (UTC)", "ended (UTC)", "took", "outcome", "error"]
+#: The column of the attempts table shown when an attempt has a recorded return (rule 26).
+RETURNED_HEADER = "handler returned"
 
 
 def run_lines(run: Run, now_ms: int) -> List[str]:
@@ -97,7 +99,7 @@ def run_lines(run: Run, now_ms: int) -> List[str]:
     fields: List[Tuple[str, str]] = [
         ("job", run.job),
         ("slot", f"{utc_time(run.slot_ms, True)} UTC ({local_time(run.slot_ms, True)}), slot_ms {run.slot_ms}"),
-        ("status", run.status),
+        ("status", run.status_text),
         ("attempt", f"{run.attempt} (the current one)"),
         ("reason", f"{run.reason} (why the current attempt started)"),
         ("runner", run.runner),
@@ -114,7 +116,7 @@ def run_lines(run: Run, now_ms: int) -> List[str]:
         lines += _labelled(name.ljust(width) + "  ", value)
     lines.append("")
     lines += attempt_lines(run.attempts, now_ms)
-    return lines
+    return lines + return_lines(run)
 
 
 def attempt_lines(attempts: Sequence[Attempt], now_ms: int) -> List[str]:
@@ -134,7 +136,12 @@ def attempt_lines(attempts: Sequence[Attempt], now_ms: int) -> List[str]:
         ]
         for a in attempts
     ]
-    lines = format_table(ATTEMPT_HEADERS, rows, align="rlllllll")
+    headers = ATTEMPT_HEADERS
+    if any(a.returned_ms is not None for a in attempts):
+        headers = ATTEMPT_HEADERS + [RETURNED_HEADER]
+        for row, a in zip(rows, attempts):
+            row.append("-" if a.returned_ms is None else f"{a.returned} at {utc_time(a.returned_ms, True)[11:]}")
+    lines = format_table(headers, rows, align="rlllllll")
     for a in attempts:
         if a.error:
             lines += ["", f"error of attempt {a.number}:"] + _labelled("  ", a.error)
@@ -143,6 +150,27 @@ def attempt_lines(attempts: Sequence[Attempt], now_ms: int) -> List[str]:
     if attempts[0].number > 1:
         footnote += f"; attempts before {attempts[0].number} are no longer kept (a run keeps {MAX_ATTEMPTS_KEPT})"
     lines.append(footnote)
+    return lines
+
+
+def return_lines(run: Run) -> List[str]:
+    """Under the attempts: each attempt whose handler's return was recorded (rule 26) after its end
+    could not be, what it did and what the store shows instead (none: no line)."""
+    lines: List[str] = []
+    for a in run.attempts:
+        if a.returned_ms is None:
+            continue
+        did = f"attempt {a.number}: handler returned {a.returned} at {utc_time(a.returned_ms, True)} UTC"
+        if a.outcome == AttemptOutcome.RUNNING:
+            did += " (recorded while the attempt runs: its end is not recorded yet)"
+        elif a.returned != a.outcome:
+            did += f" (recorded after the run was lost: the attempt shows {a.outcome}, the run {run.status})"
+        lines += ["", did]
+        if a.returned_error:
+            lines += _labelled("  its error: ", a.returned_error)
+    if lines:
+        lines += ["", "A handler that returned did its work; the store kept the run's status as it was decided"]
+        lines.append("(fencing): see \"Work done, recorded as not done\" in the operating docs.")
     return lines
 
 

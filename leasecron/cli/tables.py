@@ -36,6 +36,7 @@ from ..stored import StoredSchedule
 
 __all__ = [
     "JobRow",
+    "expired_lines",
     "format_table",
     "job_dict",
     "jobs_lines",
@@ -85,7 +86,7 @@ def runs_lines(runs: Sequence[Run], now_ms: int, where: str) -> List[str]:
             utc_time(run.slot_ms, with_ms),
             str(run.attempt),
             run.runner,
-            run.status,
+            run.status_text,
             lease_left(run, now_ms),
             "yes" if run.handed_over else "no",
             attempt_chain(run),
@@ -97,6 +98,9 @@ def runs_lines(runs: Sequence[Run], now_ms: int, where: str) -> List[str]:
     lines = format_table(RUNS_HEADERS, rows, align="lllrllllll")
     lines.append("")
     lines.append(f"{len(runs)} run(s) of {jobs} job(s), newest slot first, in {where}; local time is {_zone()}")
+    if any(run.unshown_returns for run in runs):
+        lines.append("status (attempt N returned ...): that attempt's handler returned, but the store could not record")
+        lines.append("  it as the run's end (its runner lost the store first); `leasecron show JOB SLOT` says when")
     return lines
 
 
@@ -120,7 +124,9 @@ class JobRow:
     is what the store holds of the job's schedule (:func:`scheduled` makes
     ``schedule`` of it), for a job that has one. ``in_use`` are the schedules
     the live instances give the job in their code (their announcements), the
-    most used first: several while they disagree.
+    most used first: several while they disagree. ``expired`` is the request for a manual run
+    made since the job's last run started that expired unclaimed
+    (:func:`~leasecron.jobs.expired_request`), if any.
     """
 
     name: str
@@ -134,6 +140,7 @@ class JobRow:
     options: Optional[JobOptions] = None
     record: Optional[StoredSchedule] = None
     in_use: Tuple[InUse, ...] = ()
+    expired: Optional[ManualRequest] = None
 
 
 JOBS_HEADERS = [
@@ -178,7 +185,7 @@ def jobs_lines(rows: Sequence[JobRow], now_ms: int, where: str, with_app: bool) 
         )
     lines = format_table(JOBS_HEADERS, cells, align="lllr") + state_lines(
         [row.state for row in rows if row.state is not None], now_ms
-    ) + limit_lines(rows) + stored_lines(rows, now_ms) + disagreeing_lines(rows)
+    ) + expired_lines(rows, now_ms) + limit_lines(rows) + stored_lines(rows, now_ms) + disagreeing_lines(rows)
     lines.append("")
     lines.append(f"{len(rows)} job(s) in {where}; 'runs' counts the runs the store keeps (history_size per job)")
     if not with_app and any(row.schedule is None and _stored_source(row) is None for row in rows):
@@ -261,6 +268,24 @@ def state_lines(states: Sequence[JobState], now_ms: int) -> List[str]:
     return lines
 
 
+def expired_lines(rows: Sequence[JobRow], now_ms: int) -> List[str]:
+    """Under the ``jobs`` table: each job's request for a manual run made since its last run
+    started that expired unclaimed (:func:`~leasecron.jobs.expired_request`): who made it, when it
+    expired and when it was made (none: no line); ``now_ms`` is the
+    store's clock."""
+    expired = [(row.name, row.expired) for row in rows if row.expired is not None]
+    if not expired:
+        return []
+    width = max(len(name) for name, _ in expired)
+    lines = ["", "Expired manual runs (no instance claimed the request in time; shown until the job's next run):"]
+    for name, request in expired:
+        ago = format_duration(max(0, now_ms - request.expires_ms))
+        made = utc_time(request.slot_ms, True)
+        lines.append(f"  {name.ljust(width)}  request by {request.requested_by} expired unclaimed at"
+                     f" {utc_time(request.expires_ms)} UTC ({ago} ago), made {made} UTC")  # fmt: skip
+    return lines
+
+
 def limit_lines(rows: Sequence[JobRow]) -> List[str]:
     """Under the ``jobs`` table (with ``--app``): each job's time limit and retries, for the jobs
     that have either (none has: no line)."""
@@ -304,7 +329,8 @@ def job_dict(row: JobRow) -> Dict[str, object]:
     requests for manual runs the store keeps (``requests``, each with its ``state``), and where
     its schedule comes from: ``source`` (``code``, ``override``, ``stored``; None when unknown),
     the stored ``tz`` (None: the job's own), the ``version`` its claims carry, and the store's
-    record (``stored_schedule``: task, kwargs, options, who changed it, when)."""
+    record (``stored_schedule``: task, kwargs, options, who changed it, when); ``expired_request``:
+    the request made since the job's last run started that expired unclaimed, or None."""
     state = row.state if row.state is not None else JobState(row.name)
     stored = _stored_source(row)
     schedule = stored.schedule if stored is not None else None
@@ -337,6 +363,7 @@ def job_dict(row: JobRow) -> Dict[str, object]:
         "paused_ms": state.paused_ms,
         "note": state.note,
         "requests": [request.to_dict() for request in state.requests],
+        "expired_request": row.expired.to_dict() if row.expired is not None else None,
         "options": dataclasses.asdict(row.options) if row.options is not None else None,
         "stored_schedule": row.record.to_dict() if row.record is not None else None,
         "in_use": [dataclasses.asdict(use) for use in row.in_use],

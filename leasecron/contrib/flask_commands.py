@@ -225,11 +225,18 @@ def _delete(name: str, by: Optional[str], as_json: bool) -> None:
     _echo(schedules.delete_output(cron_of(current_app).store, name, controls.actor(by), as_json))
 
 
-@cli.command("check", short_help="Check the store: schema, clock, round trip.")
+@cli.command("check", short_help="Check the store (schema, clock, round trip) and the jobs: exit 1 if one is overdue.")
+@click.option("--failed", is_flag=True, help="Also exit 1 when a job's last run failed.")
+@_json("a JSON object: the store's figures and every job watched")
 @_command
-def _check() -> None:
-    """Check the app's store: connectivity, schema, clock offset, round trip."""
-    _echo(commands.check_output(cron_of(current_app).store))
+def _check(failed: bool, as_json: bool) -> int:
+    """Check the app's store (connectivity, schema, clock offset, round trip) and watch every job
+    the app knows: exit 1 naming each overdue job (a slot due more than max_late_ms + 10 s ago
+    has no run), and with --failed each job whose last run failed."""
+    cron = cron_of(current_app)
+    lines, code = commands.check_report(cron.store, cron, failed=failed, as_json=as_json)
+    _echo(lines)
+    return code
 
 
 @cli.command("run", short_help="Run the cron until SIGTERM.")

@@ -4,9 +4,11 @@
 of a registry and namespace (one, shared by every instance instrumented into it) into an
 instance: its events count the ends of runs, the leases lost, the manual runs, the retries and
 the time-outs; its store is wrapped in a :class:`~leasecron.stores.DelegatingStore` that counts
-and times the claims; a collector reads the gauges from every instrumented instance at each
-scrape. Every series is per job: no slot, token or runner label. :doc:`Operating it, Prometheus
-metrics <operating>` lists the metrics, what each counts and how the takeover delay is measured.
+and times the claims; a collector reads the gauges at each scrape: the live runs from every
+instrumented instance, and each job's pause, last success, last finish, next slot and overdue
+from their stores (:mod:`leasecron.watching`). Every series is per job: no slot, token or
+runner label. :doc:`Operating it, Prometheus metrics <operating>` lists the metrics, what each
+counts and how the takeover delay is measured; :doc:`watching` the alerts built on them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import functools
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -30,9 +32,11 @@ except ImportError as exc:  # pragma: no cover - tested in a process without pro
 
 from ..errors import ConfigError
 from ..events import Event, log
-from ..runs import Claim, Run
+from ..jobs import Job
+from ..runs import Claim, Run, RunBrief
 from ..states import AbortReason, LostCause, Outcome, Reason
 from ..stores import ClaimRequest, DelegatingStore, Store
+from ..watching import JobWatch, read_watches
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cron import LeaseCron
@@ -208,7 +212,8 @@ class Metrics:
 
 
 class _Gauges(Collector):
-    """The gauges read from the instrumented instances at each scrape: live runs and paused jobs."""
+    """The gauges read at each scrape: live runs (from the instrumented instances), and each known
+    job's pause, last success, last finish by status, next slot and overdue (from their stores)."""
 
     def __init__(self, namespace: str) -> None:
         self._prefix = f"{namespace}_" if namespace else ""
@@ -219,16 +224,33 @@ class _Gauges(Collector):
         with self._lock:
             self._crons.add(cron)
 
-    def _families(self) -> Tuple[GaugeMetricFamily, GaugeMetricFamily]:
-        return (
-            GaugeMetricFamily(f"{self._prefix}live_runs", "Handlers executing on this instance now.", labels=["job"]),
-            GaugeMetricFamily(
-                f"{self._prefix}job_paused", "1 while the job is paused in the store, else 0.", labels=["job"]
+    def _families(self) -> Dict[str, GaugeMetricFamily]:
+        p = self._prefix
+        return {
+            "live": GaugeMetricFamily(f"{p}live_runs", "Handlers executing on this instance now.", labels=["job"]),
+            "paused": GaugeMetricFamily(
+                f"{p}job_paused", "1 while the job is paused in the store, else 0.", labels=["job"]
             ),
-        )
+            "success": GaugeMetricFamily(
+                f"{p}job_last_success_timestamp_seconds", "When the job's newest successful run ended (store clock).",
+                labels=["job"],
+            ),  # fmt: skip
+            "finish": GaugeMetricFamily(
+                f"{p}job_last_finish_timestamp_seconds",
+                "When the job's newest run that ended with this status ended (store clock).", labels=["job", "status"],
+            ),  # fmt: skip
+            "next": GaugeMetricFamily(
+                f"{p}job_next_slot_timestamp_seconds", "The job's next slot (also while it is paused).", labels=["job"]
+            ),
+            "overdue": GaugeMetricFamily(
+                f"{p}job_overdue",
+                "1 when a slot of the job due more than max_late_ms + 10 s ago, after its newest stored run, has no"
+                " run (the job has a stored run and is not paused), else 0.", labels=["job"],
+            ),  # fmt: skip
+        }
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
-        return list(self._families())
+        return list(self._families().values())
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         with self._lock:
@@ -239,34 +261,44 @@ class _Gauges(Collector):
                 counts.setdefault(name, 0)
             for run in cron.live_runs():
                 counts[run.job] = counts.get(run.job, 0) + 1
-        live, paused = self._families()
+        families = self._families()
         for job, count in sorted(counts.items()):
-            live.add_metric([job], count)
-        for job, flag in sorted(_paused_jobs(crons).items()):
-            paused.add_metric([job], flag)
-        return [live, paused]
+            families["live"].add_metric([job], count)
+        for job, seen in sorted(_watches(crons).items()):
+            families["paused"].add_metric([job], int(seen.paused))
+            if seen.last_success_ms is not None:
+                families["success"].add_metric([job], seen.last_success_ms / 1000)
+            for status, ms in seen.last_finish_ms.items():
+                families["finish"].add_metric([job, status], ms / 1000)
+            if seen.next_slot_ms is not None:
+                families["next"].add_metric([job], seen.next_slot_ms / 1000)
+            families["overdue"].add_metric([job], int(seen.overdue))
+        return list(families.values())
 
 
-def _paused_jobs(crons: List["LeaseCron"]) -> Dict[str, int]:
-    """Each job registered on ``crons``: 1 when its store says it is paused, else 0. One
-    ``job_states()`` call per store; the jobs of a store that fails it are left out."""
-    paused_in: Dict[int, Optional[Set[str]]] = {}  # id(store) -> its paused jobs (None: it did not answer)
-    flags: Dict[str, int] = {}
+def _watches(crons: List["LeaseCron"]) -> Dict[str, JobWatch]:
+    """Each job the instrumented instances know (registered there, or stored in their store), as
+    :func:`~leasecron.watching.read_watches` reads it: one call per store and scrape
+    (:meth:`~leasecron.Store.overview`, whatever the number of jobs), shared by the instances of
+    that store. The jobs of a store that fails it are left out of that scrape, logged."""
+    by_store: Dict[int, Tuple[Store, str, Dict[str, Job], Optional[Dict[str, Any]]]] = {}
     for cron in crons:
         store = cron.store
         if isinstance(store, _MeteredStore):  # instances that share a store each have a wrapper of it
             store = store.inner
-        if id(store) not in paused_in:
-            try:
-                paused_in[id(store)] = {state.job for state in store.job_states() if state.paused}
-            except Exception as exc:  # noqa: BLE001 - a scrape goes on without these jobs
-                log.warning("leasecron: cannot read the paused jobs for the metrics, runner %r: %s", cron.runner, exc)
-                paused_in[id(store)] = None
-        names = paused_in[id(store)]
-        if names is not None:
-            for job in cron.jobs:
-                flags[job] = max(flags.get(job, 0), int(job in names))
-    return flags
+        _, _, registered, _ = by_store.setdefault(id(store), (store, cron.runner, {}, dict(cron._defaults)))
+        for name, job in cron.jobs.items():
+            registered.setdefault(name, job)
+    watches: Dict[str, JobWatch] = {}
+    for store, runner, registered, defaults in by_store.values():
+        try:
+            read = read_watches(store, registered, defaults)
+        except Exception as exc:  # noqa: BLE001 - a scrape goes on without these jobs
+            log.warning("leasecron: cannot read the jobs for the metrics, runner %r: %s", runner, exc)
+            continue
+        for name, seen in read.jobs.items():
+            watches.setdefault(name, seen)
+    return watches
 
 
 class _MeteredStore(DelegatingStore):
@@ -277,7 +309,7 @@ class _MeteredStore(DelegatingStore):
         self._metrics = metrics
         self._lock = threading.Lock()
         #: (job, slot_ms) -> the run as last seen running (for the takeover delay)
-        self._seen: "collections.OrderedDict[Tuple[str, int], Run]" = collections.OrderedDict()
+        self._seen: "collections.OrderedDict[Tuple[str, int], Union[Run, RunBrief]]" = collections.OrderedDict()
 
     def _claim(self, request: ClaimRequest) -> Claim:
         """The inner store's claim, counted by reason and outcome and timed."""
@@ -317,19 +349,19 @@ class _MeteredStore(DelegatingStore):
         return runs
 
     def _note(self, job: str, slot_ms: int, reason: str, claim: Claim) -> None:
-        run = claim.run
+        run = claim.found
         delay_ms: Optional[int] = None
         with self._lock:
             if claim.outcome in (Outcome.RUNNING, Outcome.OVERLAP) and run is not None:
                 self._remember(run)  # for overlap, the earlier run, which is watched too
             elif claim.outcome in (Outcome.WON, Outcome.DONE, Outcome.NONE):
                 previous = self._seen.pop((job, slot_ms), None)
-                if claim.outcome == Outcome.WON and reason == Reason.TAKEOVER and run is not None:
-                    delay_ms = _takeover_delay_ms(previous, run)
+                if claim.outcome == Outcome.WON and reason == Reason.TAKEOVER and claim.run is not None:
+                    delay_ms = _takeover_delay_ms(previous, claim.run)
         if delay_ms is not None:
             self._metrics.takeover_delay.labels(job).observe(delay_ms / 1000)
 
-    def _remember(self, run: Run) -> None:
+    def _remember(self, run: Union[Run, RunBrief]) -> None:
         key = (run.job, run.slot_ms)
         self._seen[key] = run
         self._seen.move_to_end(key)
@@ -337,7 +369,7 @@ class _MeteredStore(DelegatingStore):
             self._seen.popitem(last=False)
 
 
-def _takeover_delay_ms(previous: Optional[Run], won: Run) -> Optional[int]:
+def _takeover_delay_ms(previous: Union[Run, RunBrief, None], won: Run) -> Optional[int]:
     """``won.started_ms`` minus the previous attempt's lease end as last seen, or None when not measurable."""
     if previous is None or previous.attempt != won.attempt - 1:
         return None  # never saw the attempt that was replaced

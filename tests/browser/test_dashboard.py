@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from leasecron.runs import LATE_TOLERANCE_MS
 from tests.cli_support import ROOT
 from tests.helpers import wait_for
 
@@ -45,7 +46,7 @@ BY = f"dashboard@{socket.gethostname()}"
 
 # One script per kind of read: it returns plain values (no element handles, which a live refresh
 # would make stale). The job is an argument, compared with data-job, never put into a selector.
-ROW_JS = """
+ROW_JS = r"""
 const row = Array.from(document.querySelectorAll('table#jobs tr.job')).find(r => r.dataset.job === arguments[0]);
 if (!row) return null;
 const text = sel => { const e = row.querySelector(sel); return e ? e.textContent.trim() : null; };
@@ -57,6 +58,9 @@ return {
     a => ({slot: Number(a.dataset.slot), cls: a.className, href: a.getAttribute('href')})),
   live: Array.from(row.querySelectorAll('td.live span.live-run')).map(
     s => ({slot: Number(s.dataset.slot), left: Number(s.dataset.leaseLeftMs)})),
+  expired: Array.from(row.querySelectorAll('td.name .expired-request')).map(e => ({
+    text: e.textContent.replace(/\s+/g, ' ').trim(), slot: Number(e.dataset.slot),
+    ms: Number(e.querySelector('time').dataset.ms)}))[0] || null,
 };
 """
 RUNS_JS = """
@@ -213,6 +217,40 @@ def test_trigger_runs_the_job_once_and_its_page_shows_the_attempt(site: Site, br
     assert shown["status"] == "success"
     assert [(a["number"], a["runner"]) for a in shown["attempts"]] == [(1, run.runner)]
     assert "attempt-success" in shown["attempts"][0]["cls"].split()
+
+
+def test_a_request_that_expired_unclaimed_shows_until_the_next_run(site: Site, browser: "WebDriver") -> None:
+    """A request for a job that no instance registers expires unclaimed (``max_late_ms`` 0: 10 s
+    after it was made): the jobs page then shows who asked and when it expired, live (not
+    reloaded), and so does the job's page; the job's next run (claimed by another process, here
+    the test's store handle) takes it off the jobs page, live."""
+    from selenium.webdriver.common.by import By
+
+    job, by = "orphan", "alice@ops-laptop"
+    made = site.store.request_run(job, by=by, max_late_ms=0)
+    browser.get(site.base + "/")
+    until(browser, lambda b: row(b, job), f"the row of {job!r}")
+    browser.execute_script("window.leasecronTestMarker = 'not reloaded';")
+    shown = until(browser, lambda b: (row(b, job) or {}).get("expired"), f"the expired request of {job!r}",
+                  timeout=LATE_TOLERANCE_MS / 1000 + PAGE_TIMEOUT)  # fmt: skip
+    assert shown["text"].startswith(f"request by {by} expired unclaimed ")
+    assert (shown["slot"], shown["ms"]) == (made.slot_ms, made.expires_ms)
+    assert [r.state for r in site.store.job_state(job).requests] == ["expired"]
+    assert browser.execute_script("return window.leasecronTestMarker") == "not reloaded"
+
+    browser.get(site.base + job_path(job))
+    about = until(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "p.expired-request"), "the expired request")
+    assert f"no instance claimed it in time: request by {by} expired unclaimed" in about[0].text
+
+    browser.get(site.base + "/")
+    until(browser, lambda b: (row(b, job) or {}).get("expired"), f"the expired request of {job!r}")
+    browser.execute_script("window.leasecronTestMarker = 'not reloaded';")
+    claimed = site.store.claim(job, site.store.now_ms(), runner="elsewhere", lease_ms=60_000).run
+    assert claimed is not None and site.store.finish(job, claimed.slot_ms, claimed.token, "success")
+    gone = until(browser, lambda b: (r := row(b, job)) and r["expired"] is None and r["marks"] and r,
+                 f"{job!r} with its next run and no expired request")  # fmt: skip
+    assert [mark["slot"] for mark in gone["marks"]] == [claimed.slot_ms]
+    assert browser.execute_script("return window.leasecronTestMarker") == "not reloaded"
 
 
 def test_killed_runner_draws_expired_then_success(site: Site, browser: "WebDriver") -> None:

@@ -150,6 +150,7 @@ def test_every_config_key_sets_its_option() -> None:
         "LEASECRON_TIMEOUT_MS": "60_000",
         "LEASECRON_RETRIES": "2",
         "LEASECRON_RETRY_DELAY_MS": 500,
+        "LEASECRON_LEASE_MARGIN_MS": "1500",
     }
     assert set(values) | {"LEASECRON_STORE"} == set(CONFIG_KEYS)
     ext = LeaseCronExtension()
@@ -162,7 +163,7 @@ def test_every_config_key_sets_its_option() -> None:
     assert cron.jobs["j"].options == JobOptions(
         lease_ms=45_000, heartbeat_ms=4000, max_attempts=5, overlap="allow", catch_up_ms=0,
         max_late_ms=7000, jitter_ms=250, history_size=12, tz="Europe/Paris", timeout_ms=60_000, retries=2,
-        retry_delay_ms=500,
+        retry_delay_ms=500, lease_margin_ms=1500,
     )  # fmt: skip
 
 

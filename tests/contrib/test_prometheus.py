@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from leasecron import ConfigError, Context, LeaseCron, MemoryStore, Store, StoreUnavailable, open_store
 from leasecron.contrib.prometheus import Metrics, instrument
-from leasecron.controls import JobState
+from leasecron.stored import Overview
 from leasecron.stores import ClaimRequest, DelegatingStore
 from tests import servers
 from tests.docs.readme_examples import shown_examples
@@ -280,22 +280,22 @@ def test_job_paused_gauge_and_manual_runs_counter(make_cron: MakeCron) -> None:
 
 
 class CountingStates(DelegatingStore):
-    """A store that counts the calls of ``job_states()``, or fails them when ``failing``."""
+    """A store that counts the calls of ``overview()``, or fails them when ``failing``."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.calls = 0
         self.failing = False
 
-    def _job_states(self) -> List[JobState]:
+    def _overview(self, jobs: List[str]) -> Overview:
         self.calls += 1
         if self.failing:
             raise StoreUnavailable("the store is down")
-        return super()._job_states()
+        return super()._overview(jobs)
 
 
 def test_a_scrape_reads_the_paused_jobs_with_one_store_call(caplog: pytest.LogCaptureFixture) -> None:
-    """Two instances on one store, with 30 jobs between them: one job_states() call per scrape.
+    """Two instances on one store, with 30 jobs between them: one overview() call per scrape.
     A store that fails it leaves job_paused out of that scrape (logged); the rest is served."""
     registry = CollectorRegistry()
     store = CountingStates(MemoryStore())
@@ -316,7 +316,7 @@ def test_a_scrape_reads_the_paused_jobs_with_one_store_call(caplog: pytest.LogCa
     assert store.calls == 2
     assert _sample_lines(text, "leasecron_job_paused{") == []
     assert len(_sample_lines(text, "leasecron_live_runs{")) == 30
-    line = r"leasecron: cannot read the paused jobs for the metrics, runner '[ab]': the store is down"
+    line = r"leasecron: cannot read the jobs for the metrics, runner '[ab]': the store is down"
     assert len(re.findall(line, caplog.text)) == 1  # the instance whose wrapper was asked first
 
 

@@ -21,11 +21,11 @@ import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...announcements import InUse, schedules_in_use
-from ...controls import JobState
+from ...controls import JobState, ManualRequest
 from ...cron import LeaseCron
 from ...errors import ConfigError
 from ...formatting import format_schedule
-from ...jobs import shown_schedule
+from ...jobs import expired_request, shown_schedule
 from ...runs import Attempt, Run
 from ...schedules import make_schedule
 from ...states import AttemptOutcome, ScheduleSource, Status
@@ -129,8 +129,9 @@ class JobView:
     store keeps none), its newest runs (newest first), its schedule (as text) and next slot when
     they are known (:func:`~leasecron.jobs.shown_schedule`), whether the application's cron
     registers it, what the store holds of its schedule (``record``, None when nothing was ever
-    stored), and the schedules the live instances give it in their code (``in_use``, the most
-    used first: several while they disagree)."""
+    stored), the schedules the live instances give it in their code (``in_use``, the most
+    used first: several while they disagree), and its request for a manual run made since its
+    last run started that expired unclaimed (``expired``, :func:`~leasecron.jobs.expired_request`)."""
 
     name: str
     state: JobState
@@ -141,6 +142,7 @@ class JobView:
     record: Optional[StoredSchedule] = None
     code_tz: Optional[str] = None
     in_use: Tuple[InUse, ...] = ()
+    expired: Optional[ManualRequest] = None
 
     def live(self, now_ms: int) -> List[Run]:
         """Its runs with a live lease."""
@@ -203,7 +205,9 @@ def announced_text(schedule: str, tz: str) -> str:
 
 
 def _view(name: str, state: Optional[JobState], runs: Sequence[Run], cron: Optional[LeaseCron],
-          now_ms: int, record: Optional[StoredSchedule], in_use: Tuple[InUse, ...]) -> JobView:
+          now_ms: int, record: Optional[StoredSchedule], in_use: Tuple[InUse, ...],
+          newest: Optional[Run]) -> JobView:
+    """The view of job ``name``; ``newest`` is its newest run (None: it has none)."""
     job = cron.jobs.get(name) if cron is not None else None
     defaults = dict(cron._defaults) if cron is not None else None
     schedule, _ = shown_schedule(job, record, defaults, in_use[0] if in_use else None)
@@ -222,6 +226,7 @@ def _view(name: str, state: Optional[JobState], runs: Sequence[Run], cron: Optio
         record=record,
         code_tz=job.options.tz if job is not None else None,
         in_use=in_use,
+        expired=expired_request(state, newest),
     )
 
 
@@ -232,7 +237,9 @@ def job_dict(view: JobView, now_ms: int) -> Dict[str, object]:
     :meth:`~leasecron.StoredSchedule.to_dict`, or None), ``next_slot_ms``, ``runs`` (newest first,
     as :meth:`~leasecron.Run.to_dict`), ``live`` (:func:`live_dict`) and ``in_use`` (each
     schedule the live instances give it in their code, ``{"schedule", "tz", "runners"}``, the
-    most used first; several while they disagree), as ``leasecron jobs --json`` gives them."""
+    most used first; several while they disagree) and ``expired_request`` (the request made since
+    its last run started that expired unclaimed, in the form of each of ``requests``, or None),
+    as ``leasecron jobs --json`` gives them."""
     return {
         **view.state.to_dict(),
         "registered": view.registered,
@@ -245,6 +252,7 @@ def job_dict(view: JobView, now_ms: int) -> Dict[str, object]:
         "runs": [run.to_dict() for run in view.runs],
         "live": [live_dict(run, now_ms) for run in view.live(now_ms)],
         "in_use": [dataclasses.asdict(use) for use in view.in_use],
+        "expired_request": view.expired.to_dict() if view.expired is not None else None,
     }
 
 
@@ -280,8 +288,8 @@ def read_jobs_page(store: Store, cron: Optional[LeaseCron], page: int, per_page:
     chosen = sorted(name for name in names if needle in name.casefold())
     on_page = chosen[(page - 1) * per_page : page * per_page]
     runs: Dict[str, List[Run]] = store.recent_runs(on_page, MARKS) if on_page else {}
-    jobs = [_view(name, states.get(name), runs.get(name, []), cron, now_ms, records.get(name), in_use.get(name, ()))
-            for name in on_page]  # fmt: skip
+    jobs = [_view(name, states.get(name), runs.get(name, []), cron, now_ms, records.get(name), in_use.get(name, ()),
+                  next(iter(runs.get(name, [])), None)) for name in on_page]  # fmt: skip
     return JobsPage(now_ms, jobs, page, per_page, len(chosen), q)
 
 
@@ -295,33 +303,40 @@ def read_job(store: Store, cron: Optional[LeaseCron], job: str, status: Optional
     record = store.stored_schedule(job)
     in_use = schedules_in_use(store.instances()).get(job, ())
     if status is None:
-        runs = store.runs(job, limit=limit)
+        runs = every = store.runs(job, limit=limit)
     else:
-        runs = [run for run in store.runs(job, limit=MAX_RUNS) if run.status == status][:limit]
-    return now_ms, _view(job, state, runs, cron, now_ms, record, in_use)
+        every = store.runs(job, limit=MAX_RUNS)
+        runs = [run for run in every if run.status == status][:limit]
+    return now_ms, _view(job, state, runs, cron, now_ms, record, in_use, every[0] if every else None)
 
 
 @dataclasses.dataclass(frozen=True)
 class Bar:
-    """Where an attempt's bar lies on its run's timeline, in percent of the run's span."""
+    """Where an attempt's bar lies on its run's timeline, in percent of the run's span; ``returned``:
+    where its handler's return (rule 26) lies on it, if one was recorded."""
 
     offset: float
     width: float
     ended_ms: int
+    returned: Optional[float] = None
 
 
 def bars(run: Run, now_ms: int) -> List[Tuple[Attempt, Bar]]:
     """Each of ``run``'s attempts (oldest first) with its bar: the run's span runs from its first
-    attempt's start to its last end (``now_ms`` for an attempt still running); each bar is at
-    least half a percent wide, so that an instant still shows."""
+    attempt's start to its last end (``now_ms`` for an attempt still running) or a later recorded
+    return of a handler; each bar is at least half a percent wide, so that an instant still shows."""
     if not run.attempts:
         return []
     ends = [a.ended_ms if a.ended_ms is not None else max(now_ms, a.started_ms) for a in run.attempts]
     start = min(a.started_ms for a in run.attempts)
-    span = max(1, max(ends) - start)
+    returns = [a.returned_ms for a in run.attempts if a.returned_ms is not None]
+    span = max(1, max(ends + returns) - start)
     result = []
     for attempt, end in zip(run.attempts, ends):
         offset = min(99.5, (attempt.started_ms - start) * 100 / span)
         width = min(100 - offset, max(0.5, (end - attempt.started_ms) * 100 / span))
-        result.append((attempt, Bar(round(offset, 2), round(width, 2), end)))
+        returned = None
+        if attempt.returned_ms is not None:
+            returned = round(min(99.5, max(0.0, (attempt.returned_ms - start) * 100 / span)), 2)
+        result.append((attempt, Bar(round(offset, 2), round(width, 2), end, returned)))
     return result

@@ -57,8 +57,10 @@ def _instances(cron: LeaseCron, o: Mapping[str, Any], emit: Emit, warn: Emit) ->
     _lines(emit, instances.instances_output(cron.store, o["json"]))
 
 
-def _check(cron: LeaseCron, o: Mapping[str, Any], emit: Emit, warn: Emit) -> None:
-    _lines(emit, commands.check_output(cron.store))
+def _check(cron: LeaseCron, o: Mapping[str, Any], emit: Emit, warn: Emit) -> int:
+    lines, code = commands.check_report(cron.store, cron, failed=o["failed"], as_json=o["json"])
+    _lines(emit, lines)
+    return code
 
 
 def _pause(cron: LeaseCron, o: Mapping[str, Any], emit: Emit, warn: Emit) -> None:

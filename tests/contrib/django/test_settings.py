@@ -32,7 +32,7 @@ def test_every_option_is_taken_under_its_own_name() -> None:
         "STORE": "sqlite:///leasecron.db", "runner": "web-1", "lease_ms": 60_000, "heartbeat_ms": 5_000,
         "max_attempts": 2, "overlap": "allow", "catch_up_ms": 0, "max_late_ms": 10_000, "jitter_ms": 0,
         "history_size": 10, "tz": "Europe/Paris", "timeout_ms": 600_000, "retries": 1, "retry_delay_ms": 500,
-        "stop_timeout_ms": 5_000, "claim_threads": 2, "poll_ms": 500,
+        "lease_margin_ms": 2_000, "stop_timeout_ms": 5_000, "claim_threads": 2, "poll_ms": 500,
     }  # fmt: skip
     assert set(given) == set(KEYS)
     settings, problems = read_settings(given)
