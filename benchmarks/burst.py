@@ -2,7 +2,7 @@
 
     python benchmarks/burst.py [--jobs 10000] [--store cluster --store postgresql | --store cluster,redis]
                                [--instances 3] [--claim-threads 4] [--warmup-gap S] [--tail S]
-                               [--json PATH] [--profile DIR] [--stored]
+                               [--json PATH] [--profile DIR] [--stored] [--repeat N]
                                [--redis-url redis://127.0.0.1:6379/0]
                                [--postgres-url postgresql://127.0.0.1:5432/test]
 
@@ -66,11 +66,30 @@ prints:
   processes on a shared machine: their share is the first thing to read
   beside a lag), and the load average at the end.
 
+fire_lag's report also has the **answer -> handler** row: from the winning
+claim's answer, as the instance's store wrapper got it back, to the
+handler's first line, on the instance's own monotonic clock (the engine's
+dispatch, with no store and no clock offset in it).
+
 A summary table of every store ends the output. ``--json PATH`` writes every
 figure (``burstlib/figures.py``), rewritten after each store. ``--profile
 DIR`` runs each instance's threads under cProfile and prints, per kind of
 thread, where their time went (``burstlib/profiles.py``; it slows the
-instances down: not a run to read the lag from).
+instances down: not a run to read the lag from). A thread that did nothing
+over the window writes no profile; a file that cannot be read is skipped,
+and the count of those is printed.
+
+``--repeat N`` runs each store's burst N times on the same store (made once,
+its baselines measured once), each time on fresh instance processes, and
+prints each run's report, targets and host line (``--- <store>, run k of
+N``), then the median, range (min-max) and each run's value of the headline
+figures (``speedlib/repeats.py``, as ``fire_lag.py --repeat``): the
+handler's start p50, p99 and max (the last start), its start after the claim
+and after the claim's answer, the slots run exactly once, store calls and CPU
+per run, the busy cores of the host and of everything else, and the load.
+The summary table has one row per run (``<store>#k``); the JSON one figure
+per run (with ``run``) and, under ``repeats``, each store's median, min,
+max and runs per figure; the profiles go to ``DIR/<store>/<k>/``.
 
 ``--stored`` makes the N jobs stored jobs of one task (schedules as data):
 each instance registers the task and no job, and this script stores the
@@ -93,7 +112,7 @@ makes (servers, keys, schemas, files, instance processes) is removed at the
 end, also after an error, Ctrl-C or SIGTERM; a SIGKILL leaves them (the
 instances stop on their own once their control pipe closes).
 
-How long: per store, the instances' start (N ``unfinished`` reads each,
+How long (times ``--repeat``): per store, the instances' start (N ``unfinished`` reads each,
 ``fire_lag`` allows 2 ms per job) plus G to the measured slot plus the
 window's T plus reading the N runs back: about 90 s for 10,000 jobs, 30 s
 for 1,000.
@@ -126,10 +145,11 @@ for _path in (str(HERE.parent), str(HERE)):  # tests.servers (the repository's r
 import fire_lag  # noqa: E402
 from burstlib.figures import figures, print_host, print_table, print_targets  # noqa: E402
 from burstlib.host import HostSampler  # noqa: E402
-from burstlib.instance import PROFILE_ENV, REDIS_UNIT, TAIL_ENV, WARMUP_ENV, instance_main  # noqa: E402
+from burstlib.instance import REDIS_UNIT, TAIL_ENV, WARMUP_ENV, instance_main  # noqa: E402
 from burstlib.profiles import print_profiles  # noqa: E402
 from burstlib.stored import STORED_ENV, stored_jobs  # noqa: E402
-from burstlib.stores import KINDS, Unavailable, open_kind  # noqa: E402
+from burstlib.stores import KINDS, Opened, Unavailable, open_kind  # noqa: E402
+from speedlib.repeats import print_repeats, summarize  # noqa: E402
 from speedlib.sigterm import exit_on_sigterm  # noqa: E402
 
 import leasecron  # noqa: E402
@@ -146,22 +166,20 @@ FIRE_LAG_TAIL_S, LAST_SECOND_S = 11, 55
 
 
 @contextmanager
-def fire_lag_burst(args: argparse.Namespace, profiles: Optional[str]) -> Iterator[None]:
+def fire_lag_burst(args: argparse.Namespace) -> Iterator[None]:
     """Meanwhile ``fire_lag.run_phase`` runs this script's instance (``burstlib.instance``: fire_lag's
     own ``instance_main``, with another count at the client), the warm-up slot comes
     ``args.warmup_gap`` s before the measured one, here and in the instances, and the instances'
-    window closes ``args.tail`` s after it; ``profiles``: the instances profile their threads into
-    that directory.
+    window closes ``args.tail`` s after it.
 
     ``run_phase`` starts ``python <fire_lag.__file__> --instance ...`` and reads
     ``fire_lag.BURST_WARMUP_S``, as the instances do: both names are set here and put back at the
     end; the instances are told through their environment (:data:`WARMUP_ENV`, :data:`TAIL_ENV`,
-    :data:`PROFILE_ENV`).
+    ``STORED_ENV``).
     """
     saved = fire_lag.__file__, fire_lag.BURST_WARMUP_S
     fire_lag.__file__, fire_lag.BURST_WARMUP_S = os.path.abspath(__file__), args.warmup_gap
-    told = {WARMUP_ENV: str(args.warmup_gap), TAIL_ENV: str(args.tail), PROFILE_ENV: profiles,
-            STORED_ENV: "1" if args.stored else None}  # fmt: skip
+    told = {WARMUP_ENV: str(args.warmup_gap), TAIL_ENV: str(args.tail), STORED_ENV: "1" if args.stored else None}
     os.environ.update({name: value for name, value in told.items() if value is not None})
     try:
         yield
@@ -200,6 +218,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         f" {FIRE_LAG_TAIL_S}: fire_lag's 2 heartbeats + 1 s; {LONG_TAIL_S} above {LONG_JOBS} jobs)")
     p.add_argument("--json", metavar="PATH", help="write every figure to PATH (rewritten after each store)")
     p.add_argument("--profile", metavar="DIR", help="profile the instances' threads; the files go to DIR/<store>/")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure each store N times, fresh instances each time on the same store, and print each"
+                        " headline figure's median and range (default 1)")
     p.add_argument("--stored", action="store_true", help="the jobs are stored jobs of one task, put by this script"
                    " before the first slot (burstlib/stored.py)")
     args = p.parse_args(argv)  # fmt: skip
@@ -208,8 +229,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if unknown or not stores:
         p.error(f"--store takes {', '.join(KINDS)}, not {', '.join(unknown) or 'nothing'}")
     args.stores = list(dict.fromkeys(stores))
-    if args.jobs < 1 or args.instances < 1 or args.claim_threads < 1:
-        p.error("--jobs, --instances and --claim-threads must be at least 1")
+    if args.jobs < 1 or args.instances < 1 or args.claim_threads < 1 or args.repeat < 1:
+        p.error("--jobs, --instances, --claim-threads and --repeat must be at least 1")
     long = args.jobs > LONG_JOBS
     if args.warmup_gap is None:
         args.warmup_gap = LONG_GAP_S if long else fire_lag.BURST_WARMUP_S
@@ -223,9 +244,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def run_store(kind: str, args: argparse.Namespace, names: List[str]) -> Dict[str, Any]:
-    """One store's burst: make the store, measure its baselines, run fire_lag's burst phase on it,
-    print fire_lag's report and the targets; the figures."""
+def run_store(kind: str, args: argparse.Namespace, names: List[str], results: List[Dict[str, Any]]) -> None:
+    """One store's bursts: make the store, measure its baselines, run fire_lag's burst phase on it
+    ``args.repeat`` times (fresh instances each time), print fire_lag's report and the targets of
+    each, and with more than one run the median and range of their headline figures; each run's
+    figures are appended to ``results`` as it ends."""
     phase_args = argparse.Namespace(instances=args.instances, claim_threads=args.claim_threads,
                                     burst=args.jobs, jobs=args.jobs, slots=1)  # fmt: skip
     print(f"\n=== {kind}: {args.jobs} jobs due at once on {args.instances} instances")
@@ -233,42 +256,57 @@ def run_store(kind: str, args: argparse.Namespace, names: List[str]) -> Dict[str
         with open_kind(kind, tmp, names, args.redis_url, args.postgres_url) as opened:
             base = fire_lag.measure_baseline(opened.store)
             fire_lag.print_header(phase_args, opened.store, opened.note, base)
-            sys.stdout.flush()
-            load_before = os.getloadavg()
             print(f"the warm-up slot comes {args.warmup_gap} s before the measured one; the window closes"
-                  f" (and the instances stop) {args.tail} s after it")
-            profiles = os.path.join(os.path.abspath(args.profile), kind) if args.profile else None
-            if profiles is not None:
-                os.makedirs(profiles, exist_ok=True)
-            sampler = HostSampler(opened.server_cpu, opened.server_is)
-            try:
-                with fire_lag_burst(args, profiles), stored_mode(args.stored, opened.store, names) as stored:
-                    phase = fire_lag.run_phase(fire_lag.BURST, phase_args, opened.url, opened.store, tmp)
-            finally:
-                sampler.stop()
-            if stored is not None:
-                print(f"the {args.jobs} jobs are stored jobs of task 'burst': set_schedule of each took"
-                      f" {stored['put_s']:.2f} s in all, {stored['lead_left_ms']} ms before the warm-up slot")
-            fire_lag.report_phase(phase, base)
-            fig = figures(kind, phase, base)
-            fig["stored"] = stored
-            fig.update(server=opened.store.server_version(), where=opened.note, claim_threads=args.claim_threads,
-                       warmup_gap_s=args.warmup_gap, tail_s=args.tail)
-            units = {inst.wire[1] for inst in phase.instances if inst.wire is not None}
-            if opened.url.startswith(("redis", "valkey")) and units != {REDIS_UNIT}:
-                print(f"  note: the instances counted {units or 'nothing'} at the client, not {REDIS_UNIT!r}")
-            opens_s = fire_lag.WINDOW_LEAD_MS / 1000
-            start_s = (fig["slot_ms"] - base.offset_ms) / 1000 - opens_s
-            window_s = (fig["cpu"] or {}).get("window_s") or opens_s + args.tail
-            fig["host"] = {**sampler.over(start_s, start_s + window_s),
-                           "load_before": [round(x, 2) for x in load_before],
-                           "load_after": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
-            print_targets(fig)
-            print_host(fig)
-            if profiles is not None:
-                print_profiles(profiles)
+                  f" (and the instances stop) {args.tail} s after it")  # fmt: skip
             sys.stdout.flush()
-            return fig
+            runs = []
+            for k in range(args.repeat):
+                if args.repeat > 1:
+                    print(f"\n--- {kind}, run {k + 1} of {args.repeat}")
+                fig = one_burst(kind, args, names, opened, base, tmp, phase_args, k)
+                results.append(fig)
+                runs.append(fig["headline"])
+            if args.repeat > 1:
+                print_repeats(f"{kind}: {args.jobs} jobs due at once", runs)
+            sys.stdout.flush()
+
+
+def one_burst(kind: str, args: argparse.Namespace, names: List[str], opened: Opened, base: fire_lag.Baseline,
+              tmp: str, phase_args: argparse.Namespace, k: int) -> Dict[str, Any]:  # fmt: skip
+    """The ``k``-th burst on a store made by :func:`run_store`: fire_lag's burst phase on fresh
+    instances, its report, targets and host line (and profiles); its figures."""
+    load_before = os.getloadavg()
+    profiles = None
+    if args.profile:
+        profiles = os.path.join(os.path.abspath(args.profile), kind, *([str(k + 1)] if args.repeat > 1 else []))
+        os.makedirs(profiles, exist_ok=True)
+    sampler = HostSampler(opened.server_cpu, opened.server_is)
+    try:
+        with fire_lag_burst(args), stored_mode(args.stored, opened.store, names) as stored:
+            phase = fire_lag.run_phase(fire_lag.BURST, phase_args, opened.url, opened.store, tmp, profiles)
+    finally:
+        sampler.stop()
+    if stored is not None:
+        print(f"the {args.jobs} jobs are stored jobs of task 'burst': set_schedule of each took"
+              f" {stored['put_s']:.2f} s in all, {stored['lead_left_ms']} ms before the warm-up slot")  # fmt: skip
+    fire_lag.report_phase(phase, base)
+    fig = figures(kind, phase, base)
+    fig["stored"] = stored
+    fig.update(server=opened.store.server_version(), where=opened.note, claim_threads=args.claim_threads,
+               warmup_gap_s=args.warmup_gap, tail_s=args.tail)  # fmt: skip
+    if args.repeat > 1:
+        fig["run"] = k + 1
+    units = {inst.wire[1] for inst in phase.instances if inst.wire is not None}
+    if opened.url.startswith(("redis", "valkey")) and units != {REDIS_UNIT}:
+        print(f"  note: the instances counted {units or 'nothing'} at the client, not {REDIS_UNIT!r}")
+    fig["host"] = fire_lag.host_window(sampler, phase, base, load_before)
+    fig["headline"] = fire_lag.headline(phase, base, fig["host"])
+    print_targets(fig)
+    print_host(fig)
+    if profiles is not None:
+        print_profiles(profiles)
+    sys.stdout.flush()
+    return fig
 
 
 def write_json(path: Optional[str], args: argparse.Namespace, results: List[Dict[str, Any]]) -> None:
@@ -279,8 +317,11 @@ def write_json(path: Optional[str], args: argparse.Namespace, results: List[Dict
         "benchmark": "burst", "leasecron": leasecron.__version__, "python": sys.version.split()[0],
         "cores": os.cpu_count(), "jobs": args.jobs, "instances": args.instances,
         "claim_threads": args.claim_threads, "warmup_gap_s": args.warmup_gap, "tail_s": args.tail,
-        "stored": args.stored, "stores": results,
+        "stored": args.stored, "repeat": args.repeat, "stores": results,
     }  # fmt: skip
+    if args.repeat > 1:  # each store's runs summed up, as printed
+        document["repeats"] = {kind: summarize([fig["headline"] for fig in results if fig["store"] == kind
+                                                and "headline" in fig]) for kind in args.stores}  # fmt: skip
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1)
@@ -316,7 +357,7 @@ def main() -> int:
     try:
         for kind in args.stores:
             try:
-                results.append(run_store(kind, args, names))
+                run_store(kind, args, names, results)
             except Exception as exc:  # noqa: BLE001 - said, and the next store runs
                 if interrupted.is_set():  # Ctrl-C reached the servers this script started, too
                     raise KeyboardInterrupt from exc

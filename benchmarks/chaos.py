@@ -2,7 +2,7 @@
 
     python benchmarks/chaos.py --store sqlite|redis|valkey|postgresql|redis-sentinel|valkey-sentinel|postgresql-standby
                                [--minutes 3] [--seed N] [--instances 5] [--workdir DIR]
-                               [--lease-ms 2000] [--heartbeat-ms 500]
+                               [--lease-ms 2000] [--heartbeat-ms 500] [--lease-margin-ms N]
 
 It starts its own store server on 127.0.0.1 (Redis/Valkey with an append-only
 file fsynced on every write, a PostgreSQL of its own, or a SQLite file; or, for
@@ -70,6 +70,12 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=None, help="where the store and logs go (default: a new temp dir)")
     p.add_argument("--lease-ms", type=int, default=2000)
     p.add_argument("--heartbeat-ms", type=int, default=500)
+    p.add_argument(
+        "--lease-margin-ms",
+        type=int,
+        default=None,
+        help="the instances' lease_margin_ms (default: LeaseCron's, 200 ms for the default lease)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
     return p.parse_args(argv)
 
@@ -89,7 +95,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         report, summary = run(
             args.store, args.minutes, seed, instances=args.instances, workdir=args.workdir,
-            lease_ms=args.lease_ms, heartbeat_ms=args.heartbeat_ms,
+            lease_ms=args.lease_ms, heartbeat_ms=args.heartbeat_ms, lease_margin_ms=args.lease_margin_ms,
             progress=lambda message: print(f"... {message}", flush=True),
         )  # fmt: skip
     except FileNotFoundError as exc:

@@ -1,7 +1,7 @@
 """Fire lag: how late each slot's handler starts, and how often it runs, on M instance processes.
 
     python benchmarks/fire_lag.py [--store URL] [--instances 3] [--jobs 100] [--slots 20] [--burst 1000]
-                                  [--claim-threads 4]
+                                  [--claim-threads 4] [--repeat N] [--profile DIR]
 
 With the defaults it runs for about 70 s. Two phases, each on M fresh
 instance processes (this script run with ``--instance``), each instance a
@@ -27,7 +27,14 @@ For each phase it prints:
   started (its ``time.time_ns()``; target: p99 < 50 ms), and the handler's
   start after its claim reached the store. Wall times are put on the store's
   clock with the offset measured below. For the burst, the max is the time
-  from the slot to the last of its B handlers' start;
+  from the slot to the last of its B handlers' start. Last, **answer ->
+  handler**: from the moment the winning claim's answer came back to the
+  instance (its store wrapper, :class:`CountingStore`, notes
+  ``time.monotonic_ns()`` as ``claim_many`` or ``claim`` returns, before it
+  counts anything) to the handler's first line (its ``time.monotonic_ns()``),
+  both on the instance's own clock: the engine's dispatch of a won run, with
+  no clock offset and no network in it (a batch's answer is one instant for
+  all its runs, so the runs started last show the wait of a batch);
 * **runs per slot**: for every (job, slot) due in the window, how many handler
   starts the instances logged (0, 1, more; target: exactly 1), what the store
   recorded (``store.runs(job, limit)``: success at attempt 1 is the only right
@@ -36,8 +43,10 @@ For each phase it prints:
   :class:`CountingStore` that counts (and times) every call, by operation and,
   for claims, by reason and outcome (``claim schedule -> running``). A call
   about a slot is charged to that slot, so a backup's takeover check 5-10 s
-  later still counts; each phase therefore runs ``2 x heartbeat_ms + 1.5 s``
-  past its last slot before the instances stop. Other calls (``now_ms``,
+  later still counts (a batch, ``claim_many`` or ``finish_many``, is one
+  call, charged to its slot when all of it is of one); each phase therefore
+  runs ``2 x heartbeat_ms + 1.5 s`` past its last slot before the instances
+  stop. Other calls (``now_ms``,
   ``unfinished``) count while the window is open. A call that raised counts
   as ``<operation> -> <error type>`` (it is retried). Beside it, what the
   calls made in the window cost at the client, counted as ``store_ops.py``
@@ -47,7 +56,28 @@ For each phase it prints:
 * **CPU** of each instance over the window (user + system, ``os.times()`` in
   the instance, from 0.5 s before the first slot to 0.5 s before the slot after
   the last; for the burst to the end of the backups' checks), as % of one core,
-  and all instances' CPU per run.
+  and all instances' CPU per run;
+* **this host over the window** (``burstlib/host.py``, as ``burst.py``
+  prints it): the cores busy, of which the instances, the store's server
+  (Redis/Valkey: its ``INFO cpu``; PostgreSQL: every ``postgres`` process of
+  this host) and everything else (other processes of a shared machine: the
+  first thing to read beside a lag), and the load average at the end.
+
+``--repeat N`` runs the phases N times, each on fresh instance processes and
+the same store (the baselines are measured once), prints each run's report,
+then per phase the median, the range (min-max) and each run's value of the
+headline figures (``speedlib/repeats.py``): the handler's start p50, p99 and
+max, its start after the claim and after the claim's answer (p50, p99), the
+slots run exactly once, store calls and CPU per run, the busy cores of the
+host and of everything else, and the load. A target is read from the median;
+a run far from it is a noisy one (its host line says why).
+
+``--profile DIR`` runs each instance's threads under cProfile
+(``burstlib/threads.py``, as ``burst.py --profile``), from the opening of
+each phase's window to the instances' stop, and prints per kind of thread
+(the claim pool, the scheduler, the workers that run handlers and
+heartbeats) the functions that took the most CPU (``burstlib/profiles.py``).
+Profiling slows every call down: read the lags from a run without it.
 
 Baselines, measured in the same run before the instances start: the store's
 bare round trip as ``store_ops.py`` measures it (SQLite: ``BEGIN IMMEDIATE`` +
@@ -97,13 +127,17 @@ from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import partial
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import IO, Any, Callable, Dict, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar
 from urllib.parse import urlsplit
 
+from burstlib.host import HostSampler, host_line, server_cpu_of, shares
+from burstlib.profiles import print_profiles
+from burstlib.threads import ThreadProfiles
 from peerslib.child import ControlPipe, stop_on_signals
 from speedlib.bare import bare_round_trip
 from speedlib.counting import CallCounter
 from speedlib.pg_schema import postgres_bench_store
+from speedlib.repeats import print_repeats
 from speedlib.sigterm import exit_on_sigterm
 from speedlib.timing import timed
 from speedlib.urls import url_options, with_option
@@ -111,7 +145,7 @@ from speedlib.urls import url_options, with_option
 import leasecron
 from leasecron import Claim, Context, Event, LeaseCron, Run, Store, open_store
 from leasecron.engine.clock import StoreClock
-from leasecron.stores import ClaimRequest, DelegatingStore, SQLiteStore
+from leasecron.stores import ClaimRequest, DelegatingStore, Finish, SQLiteStore
 from leasecron.stores.postgres import PostgresStore
 from leasecron.stores.redis import RedisStore, job_keys, schedule_key
 from leasecron.stores.redis_scripts import instances_keys
@@ -151,10 +185,11 @@ T = TypeVar("T")
 class CountingStore(DelegatingStore):
     """A real store whose every call is counted and timed, then passed on unchanged.
 
-    Calls about a slot (claim, heartbeat, finish, release, get_run) are
-    counted per ``(operation, slot_ms)``; the operation names a claim's reason
-    and outcome (``claim schedule -> won``) and whether a heartbeat, finish or
-    release was accepted. Other calls (``now_ms``, ``unfinished``, ``runs``,
+    Calls about a slot (claim, heartbeat, finish, release, get_run, and the
+    batches ``claim_many`` and ``finish_many``) are counted per ``(operation,
+    slot_ms)``; the operation names a claim's reason and outcome (``claim
+    schedule -> won``) and whether a heartbeat, finish or release was
+    accepted. Other calls (``now_ms``, ``unfinished``, ``runs``,
     ``jobs``) are counted per operation. A call that raised counts as
     ``<operation> -> <exception type>``.
     """
@@ -170,6 +205,8 @@ class CountingStore(DelegatingStore):
         self.total = 0
         #: (job, slot_ms) -> time.time_ns() when the claim that won its attempt was sent
         self.won_sent: Dict[Tuple[str, int], int] = {}
+        #: (job, slot_ms) -> time.monotonic_ns() when the answer of that claim came back from the store
+        self.won_answer: Dict[Tuple[str, int], int] = {}
 
     def _call(
         self, name: str, slot_ms: Optional[int], call: Callable[[], T], outcome: Optional[Callable[[T], str]] = None
@@ -210,10 +247,11 @@ class CountingStore(DelegatingStore):
     def _claim(self, request: ClaimRequest) -> Claim:
         reason = request.reason
         sent_ns = time.time_ns()
-        call = partial(self.inner._claim, request)
-        claim = self._call(f"claim {reason}", request.slot_ms, call, lambda c: f"claim {reason} -> {c.outcome}")
+        answered = _Answered(partial(self.inner._claim, request))
+        claim = self._call(f"claim {reason}", request.slot_ms, answered, lambda c: f"claim {reason} -> {c.outcome}")
         if claim.won:
             self.won_sent[(request.job, request.slot_ms)] = sent_ns  # the handler's thread starts next
+            self.won_answer[(request.job, request.slot_ms)] = answered.at_ns
         return claim
 
     def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
@@ -223,10 +261,12 @@ class CountingStore(DelegatingStore):
         slots = {request.slot_ms for request in requests}
         name = f"claim_many {reasons.pop() if len(reasons) == 1 else 'mixed'}"
         sent_ns = time.time_ns()
-        claims = self._call(name, slots.pop() if len(slots) == 1 else None, partial(self.inner._claim_many, requests))
+        answered = _Answered(partial(self.inner._claim_many, requests))
+        claims = self._call(name, slots.pop() if len(slots) == 1 else None, answered)
         for request, claim in zip(requests, claims):
             if claim.won:
                 self.won_sent[(request.job, request.slot_ms)] = sent_ns
+                self.won_answer[(request.job, request.slot_ms)] = answered.at_ns
         return claims
 
     def _heartbeat(self, job: str, slot_ms: int, token: str, lease_ms: int) -> bool:
@@ -236,6 +276,16 @@ class CountingStore(DelegatingStore):
     def _finish(self, job: str, slot_ms: int, token: str, status: str, error: Optional[str]) -> bool:
         call = partial(self.inner._finish, job, slot_ms, token, status, error)
         return self._call(f"finish {status}", slot_ms, call, _answered(f"finish {status}"))
+
+    def _finish_many(self, finishes: List[Finish]) -> List[bool]:
+        """A batch of finishes is one store call (one round trip), charged to its slot when all its
+        finishes are of one slot, as ``finish_many <status> -> ok`` (every finish accepted) or
+        ``-> refused`` (one or more refused); ``mixed`` for more than one status."""
+        statuses = {finish.status for finish in finishes}
+        slots = {finish.slot_ms for finish in finishes}
+        name = f"finish_many {statuses.pop() if len(statuses) == 1 else 'mixed'}"
+        call = partial(self.inner._finish_many, finishes)
+        return self._call(name, slots.pop() if len(slots) == 1 else None, call, lambda oks: _answered(name)(all(oks)))
 
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         return self._call("release", slot_ms, partial(self.inner._release, job, slot_ms, token), _answered("release"))
@@ -254,6 +304,20 @@ class CountingStore(DelegatingStore):
 
     def _jobs(self) -> List[str]:
         return self._call("jobs", None, self.inner._jobs)
+
+
+class _Answered(Generic[T]):
+    """A store call that notes when its answer came back (``time.monotonic_ns()``, before any
+    counting), so that the time from the answer to the handler is the engine's alone."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._call = call
+        self.at_ns = 0
+
+    def __call__(self) -> T:
+        result = self._call()
+        self.at_ns = time.monotonic_ns()
+        return result
 
 
 def _answered(op: str) -> Callable[[bool], str]:
@@ -288,15 +352,17 @@ class Recorder:
     """What an instance notes: each handler start, and the events it counts."""
 
     def __init__(self) -> None:
-        #: (job, slot_ms, attempt, reason, time.time_ns()) of each handler start
-        self.starts: List[Tuple[str, int, int, str, int]] = []
+        #: (job, slot_ms, attempt, reason, time.time_ns(), time.monotonic_ns()) of each handler start
+        self.starts: List[Tuple[str, int, int, str, int, int]] = []
         self.events: Counter = Counter()
         self.errors: List[str] = []
 
     def handler(self, ctx: Context) -> None:
-        """The handler of every job: note the time first, then the run; return at once."""
+        """The handler of every job: note the time first (the host's monotonic clock, then the wall
+        clock), then the run; return at once."""
+        mono_ns = time.monotonic_ns()
         wall_ns = time.time_ns()
-        self.starts.append((ctx.job, ctx.slot_ms, ctx.attempt, ctx.reason, wall_ns))
+        self.starts.append((ctx.job, ctx.slot_ms, ctx.attempt, ctx.reason, wall_ns, mono_ns))
 
     def on_event(self, event: Event) -> None:
         """Count an event by type and reason; keep the text of the first few errors."""
@@ -323,12 +389,19 @@ def register_jobs(cron: LeaseCron, recorder: Recorder, args: argparse.Namespace,
 
 
 def measure_window(
-    cron: LeaseCron, store: CountingStore, wire: CallCounter, window: Tuple[int, int], stop: threading.Event
+    cron: LeaseCron,
+    store: CountingStore,
+    wire: CallCounter,
+    window: Tuple[int, int],
+    stop: threading.Event,
+    on_open: Optional[Callable[[], None]] = None,
 ) -> Dict[str, Any]:
     """CPU seconds, store calls (and client-side round trips) between the window's ends, on the
-    store's clock; empty if told to stop before it closed."""
+    store's clock; empty if told to stop before it closed. ``on_open`` is called as it opens."""
     if not wait_until_store_ms(cron.clock, window[0], stop):
         return {}
+    if on_open is not None:
+        on_open()
     cpu0, mono0, wire0 = cpu_seconds(), time.monotonic(), wire.total()
     total0, other0, _ = store.snapshot()
     if not wait_until_store_ms(cron.clock, window[1], stop):
@@ -355,9 +428,10 @@ def write_output(path: str, runner: str, store: CountingStore, recorder: Recorde
             "events": dict(recorder.events), "errors": recorder.errors,
         }  # fmt: skip
         out.write(json.dumps(summary) + "\n")
-        for job, slot_ms, attempt, reason, wall_ns in recorder.starts:
+        for job, slot_ms, attempt, reason, wall_ns, mono_ns in recorder.starts:
             line = {"ev": "start", "job": job, "slot_ms": slot_ms, "attempt": attempt, "reason": reason}
             line.update(wall_ns=wall_ns, claim_sent_ns=store.won_sent.get((job, slot_ms)))
+            line.update(mono_ns=mono_ns, answer_mono_ns=store.won_answer.get((job, slot_ms)))
             out.write(json.dumps(line) + "\n")
 
 
@@ -366,6 +440,7 @@ def instance_main(args: argparse.Namespace) -> int:
     measure the window; on end of stdin (or SIGTERM/SIGINT) stop and write ``--out``."""
     stop = stop_on_signals()
     pipe = ControlPipe(stop)
+    profiles = ThreadProfiles(args.profile) if args.profile else None  # before any thread of LeaseCron
     real = open_store(args.store)
     wire = CallCounter(real)  # store_ops.py's count at the client: Redis commands, SQL statements, SQLite BEGINs
     store = CountingStore(real)
@@ -391,10 +466,12 @@ def instance_main(args: argparse.Namespace) -> int:
         else:  # the measured burst's claims, runs and backups' checks
             burst_ms = first_ms + BURST_WARMUP_S * 1000
             window = (burst_ms - WINDOW_LEAD_MS, burst_ms + 2 * heartbeat_ms + 1000)
-        measured = measure_window(cron, store, wire, window, stop)
+        measured = measure_window(cron, store, wire, window, stop, None if profiles is None else profiles.mark)
         stop.wait()
         cron.stop()
         write_output(args.out, cron.runner, store, recorder, measured)
+        if profiles is not None:
+            profiles.write()
         return 0
     finally:
         store.close()
@@ -553,6 +630,16 @@ class Start:
     reason: str
     wall_ns: int  # time.time_ns() as the handler began
     claim_sent_ns: Optional[int]  # time.time_ns() as the claim that won this attempt was sent
+    mono_ns: Optional[int] = None  # time.monotonic_ns() as the handler began
+    answer_mono_ns: Optional[int] = None  # time.monotonic_ns() as the answer of that claim came back
+
+    @property
+    def answer_to_handler_ms(self) -> Optional[float]:
+        """From the winning claim's answer to the handler's first line, in ms, on this instance's
+        monotonic clock (no clock offset in it); None if either was not noted."""
+        if self.mono_ns is None or not self.answer_mono_ns:
+            return None
+        return (self.mono_ns - self.answer_mono_ns) / 1e6
 
 
 @dataclasses.dataclass
@@ -665,9 +752,12 @@ class Instances:
         return "\n".join(text) or "(its log is empty)"
 
 
-def run_phase(phase: str, args: argparse.Namespace, url: str, store: Store, workdir: str) -> Phase:
+def run_phase(
+    phase: str, args: argparse.Namespace, url: str, store: Store, workdir: str, profile: Optional[str] = None
+) -> Phase:
     """Start the instances, pick the window once all are up, wait past its backups' checks,
-    stop them, and collect what they logged and what the store recorded."""
+    stop them, and collect what they logged and what the store recorded; ``profile``: a directory
+    where the instances write their threads' profiles over the window (``--profile``)."""
     jobs_count = args.jobs if phase == STEADY else args.burst
     slots_count = args.slots if phase == STEADY else 1
     history = max(100, slots_count + 60)  # the window's runs must survive pruning until they are read
@@ -677,7 +767,7 @@ def run_phase(phase: str, args: argparse.Namespace, url: str, store: Store, work
             sys.executable, os.path.abspath(__file__), "--instance", "--store", url, "--phase", phase,
             "--jobs", str(jobs_count), "--slots", str(slots_count), "--index", str(i),
             "--out", os.path.join(workdir, f"{phase}-i{i}.jsonl"), "--history", str(history),
-            "--claim-threads", str(args.claim_threads),
+            "--claim-threads", str(args.claim_threads), *(["--profile", profile] if profile else []),
         ]  # fmt: skip
 
     instances = Instances(args.instances, argv, workdir, phase)
@@ -727,7 +817,17 @@ def read_report(path: str, booted_ms: int) -> InstanceReport:
         lines = [json.loads(line) for line in f]
     head = lines[0]
     starts = [
-        Start(head["runner"], d["job"], d["slot_ms"], d["attempt"], d["reason"], d["wall_ns"], d.get("claim_sent_ns"))
+        Start(
+            head["runner"],
+            d["job"],
+            d["slot_ms"],
+            d["attempt"],
+            d["reason"],
+            d["wall_ns"],
+            d.get("claim_sent_ns"),
+            d.get("mono_ns"),
+            d.get("answer_mono_ns"),
+        )
         for d in lines[1:]
     ]
     return InstanceReport(
@@ -789,8 +889,8 @@ def tally(phase: Phase) -> Tally:
     return Tally([(job, slot) for job in phase.jobs for slot in phase.slots], per_slot, first)
 
 
-def report_phase(phase: Phase, base: Baseline) -> None:
-    """Print one phase's figures."""
+def report_phase(phase: Phase, base: Baseline, host: Optional[Dict[str, Any]] = None) -> None:
+    """Print one phase's figures; with ``host`` (:func:`host_window`), this host's CPU over the window."""
     m = len(phase.instances)
     if phase.name == STEADY:
         print(
@@ -810,6 +910,9 @@ def report_phase(phase: Phase, base: Baseline) -> None:
     print_runs_per_slot(phase, counted)
     print_calls(phase, counted, base)
     print_cpu(phase, counted)
+    line = None if host is None else host_line(host, instances_cpu(phase))
+    if line is not None:
+        print(line)
     print_events(phase)
 
 
@@ -826,31 +929,51 @@ def print_warmup(warmup: Phase, base: Baseline) -> None:
     )
 
 
-def print_lag(phase: Phase, counted: Tally, base: Baseline) -> None:
-    """Lag after the slot, on the store's clock: p50, p99, max, and in bare round trips."""
+#: The lags of :func:`lags`, by key, as :func:`print_lag` labels them.
+LAG_ROWS = (
+    ("claim_sent", "winning claim sent"),
+    ("claim_at_store", "claim reaches the store"),
+    ("handler_start", "handler starts"),
+    ("handler_after_claim", "  (handler after the claim)"),
+    ("answer_to_handler", "  (answer -> handler, one clock)"),
+)
+
+
+def lags(phase: Phase, counted: Tally, base: Baseline) -> Dict[str, List[float]]:
+    """The lags of the window's runs in ms (each run's first handler start), by the keys of
+    :data:`LAG_ROWS`: after the slot on the store's clock, when the winning claim was sent, reached
+    the store (``Run.started_ms``) and the handler started; the handler's start after its claim
+    reached the store (store clock vs. host clock plus offset); and the time from the winning claim's
+    answer (as the instance's store wrapper got it back) to the handler's first line, both on the
+    instance's monotonic clock: the engine's dispatch alone, no clock offset in it."""
 
     def on_store_clock(wall_ns: int) -> float:
         return wall_ns / 1e6 + base.offset_ms
 
     firsts = counted.first.values()
-    sent = [on_store_clock(s.claim_sent_ns) - s.slot_ms for s in firsts if s.claim_sent_ns]
-    claimed = [run.started_ms - slot for (job, slot), run in phase.records.items() if run.attempt == 1]
-    started = [on_store_clock(s.wall_ns) - s.slot_ms for s in firsts]
-    dispatch = [
-        on_store_clock(s.wall_ns) - phase.records[key].started_ms
-        for key, s in counted.first.items()
-        if key in phase.records and phase.records[key].attempt == s.attempt
-    ]
+    answered = [s.answer_to_handler_ms for s in firsts]
+    return {
+        "claim_sent": [on_store_clock(s.claim_sent_ns) - s.slot_ms for s in firsts if s.claim_sent_ns],
+        "claim_at_store": [run.started_ms - slot for (job, slot), run in phase.records.items() if run.attempt == 1],
+        "handler_start": [on_store_clock(s.wall_ns) - s.slot_ms for s in firsts],
+        "handler_after_claim": [
+            on_store_clock(s.wall_ns) - phase.records[key].started_ms
+            for key, s in counted.first.items()
+            if key in phase.records and phase.records[key].attempt == s.attempt
+        ],
+        "answer_to_handler": [ms for ms in answered if ms is not None],
+    }
+
+
+def print_lag(phase: Phase, counted: Tally, base: Baseline) -> None:
+    """Lag after the slot, on the store's clock: p50, p99, max, and in bare round trips."""
+    found = lags(phase, counted, base)
+    started = found["handler_start"]
     print(
         f"  {'lag after the slot, ms':<32} {'p50':>8} {'p99':>8} {'max':>8}   {'x bare: p50':>11} {'p99':>7} {'max':>7}"
     )
-    rows = (
-        ("winning claim sent", sent),
-        ("claim reaches the store", claimed),
-        ("handler starts", started),
-        ("  (handler after the claim)", dispatch),
-    )
-    for label, values in rows:
+    for key, label in LAG_ROWS:
+        values = found[key]
         if not values:
             print(f"  {label:<32} (none)")
             continue
@@ -950,6 +1073,49 @@ def print_cpu(phase: Phase, counted: Tally) -> None:
     print(f"  CPU over the window ({window_s:.1f} s, % of one core): " + ", ".join(parts) + per_run)
 
 
+def instances_cpu(phase: Phase) -> Optional[float]:
+    """All instances' CPU seconds over the window; None if it did not close in every instance."""
+    cpu = [inst.cpu_s for inst in phase.instances]
+    return None if any(c is None for c in cpu) else sum(c for c in cpu if c is not None)
+
+
+def host_window(sampler: HostSampler, phase: Phase, base: Baseline, load_before: Sequence[float]) -> Dict[str, Any]:
+    """This host's CPU over the phase's window (:meth:`HostSampler.window`): from
+    :data:`WINDOW_LEAD_MS` before its first slot, for as long as the instances measured their CPU."""
+    opens_s = WINDOW_LEAD_MS / 1000
+    start_s = (phase.slots[0] - base.offset_ms) / 1000 - opens_s
+    spans = [inst.window_s for inst in phase.instances if inst.window_s]
+    span_s = statistics.mean(spans) if spans else opens_s + len(phase.slots)
+    return sampler.window(start_s, span_s, load_before)
+
+
+def headline(phase: Phase, base: Baseline, host: Dict[str, Any]) -> Dict[str, Optional[float]]:
+    """The phase's headline figures, as ``--repeat`` sums them up (``speedlib.repeats``): the handler's
+    start after the slot, after its claim and after the claim's answer, the slots run exactly once,
+    store calls and CPU per run, and this host's state over the window."""
+    counted = tally(phase)
+    found = lags(phase, counted, base)
+    figures: Dict[str, Optional[float]] = {}
+    for key, what, qs in (("handler_start", "handler starts", (50, 99, 100)),
+                          ("handler_after_claim", "handler after the claim", (50, 99)),
+                          ("answer_to_handler", "answer -> handler", (50, 99))):  # fmt: skip
+        for q in qs:
+            name = "max" if q == 100 else f"p{q}"
+            figures[f"{what} {name}, ms"] = percentile(found[key], q) if found[key] else None
+    due = counted.due
+    figures["slots run exactly once, %"] = 100 * sum(1 for key in due if counted.per_slot[key] == 1) / len(due)
+    runs = counted.runs
+    calls = sum(n for n, _ in call_counts(phase).values())
+    cpu = instances_cpu(phase)
+    figures["store calls per run"] = calls / runs if runs else None
+    figures["CPU per run, ms"] = 1000 * cpu / runs if runs and cpu is not None else None
+    cores = shares(host, cpu) or {}
+    figures["busy cores, this host"] = host.get("busy_cores")
+    figures["busy cores, everything else"] = cores.get("else")
+    figures["load average (1 min) at the end"] = (host.get("load_after") or [None])[0]
+    return figures
+
+
 def print_events(phase: Phase) -> None:
     """The events the instances counted over the whole phase, and the first errors' text."""
     events: Counter = Counter()
@@ -978,7 +1144,14 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--slots", type=int, default=20, help="slots in the measured window (default 20)")
     p.add_argument("--burst", type=int, default=1000, help="jobs due in the same second (default 1000; 0: no burst)")
     p.add_argument("--claim-threads", type=int, default=4, help="LeaseCron(claim_threads=...) (default 4)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure N times, fresh instances each time on the same store, and print each figure's"
+                        " median and range (default 1)")  # fmt: skip
     hidden = argparse.SUPPRESS
+    p.add_argument("--profile", metavar="DIR",
+                   help="profile the instances' threads over each phase's window and print where their CPU went;"
+                        " the files go to DIR/<phase>/ (DIR/<phase>/<run>/ with --repeat). It slows them down:"
+                        " not a run to read the lags from")  # fmt: skip
     p.add_argument("--instance", action="store_true", help=hidden)
     p.add_argument("--phase", choices=(STEADY, BURST), help=hidden)
     p.add_argument("--index", type=int, default=0, help=hidden)
@@ -988,8 +1161,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     for name in ("instances", "jobs", "slots"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1")
-    if args.burst < 0 or args.claim_threads < 1:
-        p.error("--burst must be at least 0 and --claim-threads at least 1")
+    if args.burst < 0 or args.claim_threads < 1 or args.repeat < 1:
+        p.error("--burst must be at least 0, --claim-threads and --repeat at least 1")
     return args
 
 
@@ -1022,15 +1195,45 @@ def main() -> int:
             base = measure_baseline(store)
             print_header(args, store, note, base)
             sys.stdout.flush()
-            for phase in [STEADY] + ([BURST] if args.burst else []):
-                try:
-                    done = run_phase(phase, args, url, store, tmp)
-                except RuntimeError as exc:  # an instance failed: say how (the store is cleaned up all the same)
-                    print(f"fire_lag: the {phase} phase failed: {exc}", file=sys.stderr)
-                    return 1
-                report_phase(done, base)
-                sys.stdout.flush()
+            phases = [STEADY] + ([BURST] if args.burst else [])
+            runs: Dict[str, List[Dict[str, Optional[float]]]] = {phase: [] for phase in phases}
+            for k in range(args.repeat):
+                if args.repeat > 1:
+                    print(f"\n=== run {k + 1} of {args.repeat}")
+                for phase in phases:
+                    try:
+                        runs[phase].append(measure_phase(phase, args, url, store, tmp, base, k))
+                    except RuntimeError as exc:  # an instance failed: say how (the store is cleaned up all the same)
+                        print(f"fire_lag: the {phase} phase failed: {exc}", file=sys.stderr)
+                        return 1
+                    sys.stdout.flush()
+            if args.repeat > 1:
+                for phase in phases:
+                    print_repeats(phase, runs[phase])
     return 0
+
+
+def measure_phase(
+    phase: str, args: argparse.Namespace, url: str, store: Store, tmp: str, base: Baseline, k: int
+) -> Dict[str, Optional[float]]:
+    """The ``k``-th run of one phase on fresh instances, this host's CPU sampled meanwhile (and with
+    ``--profile`` the instances' threads): its report, and its headline figures."""
+    profile = None
+    if args.profile:
+        profile = os.path.join(os.path.abspath(args.profile), phase, *([str(k + 1)] if args.repeat > 1 else []))
+        os.makedirs(profile, exist_ok=True)
+    load_before = os.getloadavg()
+    sampler = HostSampler(*server_cpu_of(store))
+    try:
+        done = run_phase(phase, args, url, store, tmp, profile)
+    finally:
+        sampler.stop()
+    host = host_window(sampler, done, base, load_before)
+    report_phase(done, base, host)
+    if profile is not None:
+        print_profiles(profile, what=f"the instances' threads over the {phase} window")
+    return headline(done, base, host)
+
 
 if __name__ == "__main__":
     sys.exit(main())

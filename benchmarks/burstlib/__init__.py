@@ -11,7 +11,8 @@
 * :mod:`burstlib.figures`: the figures of one store's burst from what
   ``fire_lag.run_phase`` collected, the targets, and the summary table;
 * :mod:`burstlib.host`: this host's CPU use while the burst is measured (the
-  machine is shared: other processes' load is in the figures);
+  machine is shared: other processes' load is in the figures); ``fire_lag.py``
+  prints its phases' host line with it too (``host.py`` imports no script);
 * :mod:`burstlib.profiles`: ``--profile``: where the instances' threads spent
   their CPU over the window, by kind of thread.
 

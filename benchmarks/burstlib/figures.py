@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import fire_lag
 from fire_lag import Baseline, Phase, percentile
 
+from .host import host_line
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -60,22 +62,10 @@ def figures(kind: str, phase: Phase, base: Baseline) -> Dict[str, Any]:
     """Every figure of the measured burst (fire_lag's, as numbers), the warm-up's in brief."""
     counted = fire_lag.tally(phase)
     runs = counted.runs
-
-    def on_store_clock(wall_ns: int) -> float:
-        return wall_ns / 1e6 + base.offset_ms
-
     firsts = list(counted.first.values())
-    started = [on_store_clock(s.wall_ns) - s.slot_ms for s in firsts]
-    lag = {
-        "claim_sent": spread([on_store_clock(s.claim_sent_ns) - s.slot_ms for s in firsts if s.claim_sent_ns]),
-        "claim_at_store": spread([r.started_ms - slot for (_, slot), r in phase.records.items() if r.attempt == 1]),
-        "handler_start": spread(started),
-        "handler_after_claim": spread([
-            on_store_clock(s.wall_ns) - phase.records[key].started_ms
-            for key, s in counted.first.items()
-            if key in phase.records and phase.records[key].attempt == s.attempt
-        ]),
-    }  # fmt: skip
+    found = fire_lag.lags(phase, counted, base)
+    started = found["handler_start"]
+    lag = {key: spread(values) for key, values in found.items()}
     jobs, instances = len(phase.jobs), len(phase.instances)
     target, as_stated = target_for(kind, jobs, instances)
     last_ms = round(max(started), 2) if started else None
@@ -215,31 +205,22 @@ def print_targets(fig: Dict[str, Any]) -> None:
 
 def print_host(fig: Dict[str, Any]) -> None:
     """The host's CPU over the burst's window: the instances', the server's, everything else's."""
-    host, cpu_ = fig.get("host") or {}, fig.get("cpu")
-    if not host.get("busy_cores") or cpu_ is None:
-        return
-    instances = cpu_["total_s"] / host["span_s"]
-    parts = [f"the instances {instances:.2f}"]
-    rest = host["busy_cores"] - instances
-    if "server_cpu_s" in host:
-        server = host["server_cpu_s"] / host["span_s"]
-        parts.append(f"the store's server {server:.2f} ({host['server_is']})")
-        rest -= server
-    parts.append(f"everything else {max(rest, 0.0):.2f}")
-    load = " ".join(f"{x:.2f}" for x in host.get("load_after", []))
-    print(f"  this host over the window ({host['span_s']:.1f} s): {host['busy_cores']:.2f} of {host['cores']}"
-          f" cores busy: {', '.join(parts)}; load average at the end {load}")  # fmt: skip
+    cpu_ = fig.get("cpu")
+    line = host_line(fig.get("host") or {}, None if cpu_ is None else cpu_["total_s"])
+    if line is not None:
+        print(line)
 
 
 def print_table(all_figures: List[Dict[str, Any]]) -> None:
     """One line per store: the issue's figures side by side."""
     print("\nsummary (lag in ms after the slot, on the store's clock; per run: all instances)")
-    head = (f"  {'store':<11} {'jobs':>6} {'once':>6} {'last':>7} {'p50':>6} {'p99':>6} {'calls/run':>9}"
+    head = (f"  {'store':<13} {'jobs':>6} {'once':>6} {'last':>7} {'p50':>6} {'p99':>6} {'calls/run':>9}"
             f" {'trips/run':>9} {'CPU ms/run':>10} {'busy cores':>10}  target")  # fmt: skip
     print(head)
     for fig in all_figures:
+        label = f"{fig['store']}#{fig['run']}" if "run" in fig else fig["store"]  # burst.py --repeat: each run
         if "error" in fig:
-            print(f"  {fig['store']:<11} {fig.get('jobs', ''):>6} {fig['error']}")
+            print(f"  {label:<13} {fig.get('jobs', ''):>6} {fig['error']}")
             continue
         lag = fig["lag_ms"]["handler_start"] or {}
         target = fig["target"]
@@ -248,7 +229,7 @@ def print_table(all_figures: List[Dict[str, Any]]) -> None:
         busy = (fig.get("host") or {}).get("busy_cores")
         last = fig["last_start_ms"]
         print(
-            f"  {fig['store']:<11} {fig['jobs']:>6} {'met' if fig['every_slot_once']['met'] else 'MISSED':>6}"
+            f"  {label:<13} {fig['jobs']:>6} {'met' if fig['every_slot_once']['met'] else 'MISSED':>6}"
             f" {_num(last, 0):>7} {_num(lag.get('p50'), 0):>6} {_num(lag.get('p99'), 0):>6}"
             f" {_num(fig['store_calls']['per_run'], 2):>9} {_num(trips, 2):>9} {_num(cpu_, 2):>10}"
             f" {_num(busy, 2):>10}  < {target['last_ms']:.0f} ms: {'met' if target['met'] else 'MISSED'}"

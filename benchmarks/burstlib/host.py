@@ -7,7 +7,11 @@ whole host (``/proc/stat``) and of the store's server (Redis/Valkey: ``INFO
 cpu`` of each node, the server's own figure; PostgreSQL: every ``postgres``
 process of this host, other sessions' included, from ``/proc/<pid>/stat``;
 SQLite has no server: the instances do its work). :meth:`HostSampler.over`
-then gives what they used between two instants of this host's clock.
+then gives what they used between two instants of this host's clock, and
+:meth:`HostSampler.window` that with the load average before and after;
+:func:`host_line` says it in one line, as ``burst.py`` and ``fire_lag.py``
+print it under each figure they measure; :func:`server_cpu_of` finds the
+reader of a store's server (``fire_lag.py``, which opens a store from a URL).
 """
 
 from __future__ import annotations
@@ -15,7 +19,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from redis.cluster import RedisCluster
+
+from leasecron import Store
+from leasecron.stores.postgres import PostgresStore
+from leasecron.stores.redis import RedisStore
 
 #: How often the sampler reads the counters, in seconds.
 SAMPLE_S = 0.25
@@ -56,11 +66,59 @@ def redis_cpu(clients: List[Any]) -> Callable[[], float]:
     def read() -> float:
         total = 0.0
         for client in clients:
-            info = client.info("cpu")
-            total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+            if isinstance(client, RedisCluster):  # every node's INFO, by node
+                infos: Sequence[Any] = list(client.info("cpu", target_nodes=RedisCluster.ALL_NODES).values())
+            else:
+                infos = [client.info("cpu")]
+            for info in infos:
+                total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
         return total
 
     return read
+
+
+def server_cpu_of(store: Store) -> Tuple[Optional[Callable[[], float]], str]:
+    """The reader of the CPU seconds of ``store``'s server and what it covers, for
+    :class:`HostSampler`: on Redis/Valkey the ``INFO cpu`` of the server (every node of a cluster),
+    read through the store's own client; on PostgreSQL every ``postgres`` process of this host;
+    (None, "") where there is no server (SQLite, memory)."""
+    if isinstance(store, RedisStore):
+        nodes = "the servers' INFO cpu" if isinstance(store.client, RedisCluster) else "the server's INFO cpu"
+        return redis_cpu([store.client]), nodes
+    if isinstance(store, PostgresStore):
+        return postgres_cpu, "every postgres process of this host"
+    return None, ""
+
+
+def shares(host: Dict[str, Any], instances_cpu_s: Optional[float]) -> Optional[Dict[str, float]]:
+    """The busy cores of a window (:meth:`HostSampler.window`) shared out: ``instances`` (their CPU
+    seconds over it, ``instances_cpu_s``, per second), ``server`` (where its CPU is read) and
+    ``else``, the rest of the machine; None if the window was not sampled."""
+    if not host.get("busy_cores") or instances_cpu_s is None:
+        return None
+    found = {"instances": instances_cpu_s / host["span_s"]}
+    if "server_cpu_s" in host:
+        found["server"] = host["server_cpu_s"] / host["span_s"]
+    found["else"] = max(host["busy_cores"] - sum(found.values()), 0.0)
+    return found
+
+
+def host_line(host: Dict[str, Any], instances_cpu_s: Optional[float]) -> Optional[str]:
+    """One line on this host over a window (:meth:`HostSampler.window`): the cores busy, of which
+    the instances, the store's server and everything else (:func:`shares`), and the load average
+    at the end; None if the window was not sampled."""
+    cores = shares(host, instances_cpu_s)
+    if cores is None:
+        return None
+    parts = [f"the instances {cores['instances']:.2f}"]
+    if "server" in cores:
+        parts.append(f"the store's server {cores['server']:.2f} ({host['server_is']})")
+    parts.append(f"everything else {cores['else']:.2f}")
+    load = " ".join(f"{x:.2f}" for x in host.get("load_after", []))
+    return (
+        f"  this host over the window ({host['span_s']:.1f} s): {host['busy_cores']:.2f} of {host['cores']}"
+        f" cores busy: {', '.join(parts)}; load average at the end {load}"
+    )
 
 
 class HostSampler:
@@ -120,3 +178,12 @@ class HostSampler:
         elif self._error:
             found["server_error"] = self._error
         return found
+
+    def window(self, start_s: float, span_s: float, load_before: Sequence[float]) -> Dict[str, Any]:
+        """:meth:`over` from ``start_s`` for ``span_s`` seconds, with the load average before
+        (``load_before``, read as the run began) and now."""
+        return {
+            **self.over(start_s, start_s + span_s),
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+        }

@@ -23,13 +23,10 @@ are set before it runs, in this process only:
   closes 2 heartbeats + 1 s after the measured slot, then closes the tail
   after it (and the parent, told that heartbeat, stops the instances then).
   The jobs keep their own heartbeat (5 s): only the window is longer;
-* with ``LEASECRON_BURST_PROFILE=<dir>`` in its environment, each thread it
-  starts runs under a ``cProfile.Profile`` of its own, timed by the thread's
-  CPU time (``time.thread_time``: waiting for a lock, a socket or the GIL
-  costs nothing there); what they counted from the opening of fire_lag's
-  window (0.5 s before the measured slot) to the end is written to
-  ``<dir>/<pid>-<n>-<kind>.prof``, where ``kind`` says which of leasecron's
-  threads it was (:func:`thread_kind`);
+* ``burst.py --profile`` is ``fire_lag.py``'s: the parent gives the
+  instances ``--profile <dir>`` (``fire_lag.run_phase``), and each profiles
+  its threads from the opening of the window (0.5 s before the measured slot)
+  to its stop (:class:`burstlib.threads.ThreadProfiles`);
 * with ``LEASECRON_BURST_STORED`` in its environment (``burst.py --stored``)
   it registers a task instead of the jobs, which the parent stored
   (``burstlib.stored``).
@@ -37,13 +34,9 @@ are set before it runs, in this process only:
 
 from __future__ import annotations
 
-import cProfile
-import marshal
 import os
-import re
 import threading
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import fire_lag
 from speedlib.counting import CallCounter
@@ -53,8 +46,6 @@ from leasecron.stores.redis import RedisStore
 
 from .stored import STORED_ENV, register_task
 
-#: The environment variable that asks the instances for their threads' profiles.
-PROFILE_ENV = "LEASECRON_BURST_PROFILE"
 #: The environment variable that gives the instances the warm-up slot's lead on the measured one, in s.
 WARMUP_ENV = "LEASECRON_BURST_WARMUP_S"
 #: The environment variable that keeps the instances' window (and the instances) open this long after
@@ -106,83 +97,9 @@ def count_socket_writes(add: Callable[[], None]) -> None:
     AbstractConnection.send_packed_command = send_packed_command  # type: ignore[method-assign]
 
 
-# -- profiles of the threads ---------------------------------------------------------------
-
-#: leasecron's thread names (at the thread's start) and the kind each is counted as.
-_KINDS = (
-    (re.compile(r"^leasecron-claims"), "claim-pool"),
-    (re.compile(r"^leasecron-scheduler"), "scheduler"),
-    (re.compile(r"^leasecron-(run|heartbeat|worker)"), "workers"),
-    (re.compile(r"^leasecron-"), "leasecron-other"),
-)
-
-
-def thread_kind(name: str) -> str:
-    """The kind of a thread by its name when it started: ``claim-pool``, ``scheduler``,
-    ``workers`` (handlers and heartbeats), ``leasecron-other`` or ``other``."""
-    for pattern, kind in _KINDS:
-        if pattern.match(name):
-            return kind
-    return "other"
-
-
-class ThreadProfiles:
-    """A ``cProfile.Profile`` for each thread started from now on (``threading.Thread.run`` is
-    wrapped). :meth:`mark` notes what each has counted so far; :meth:`write` writes what each
-    counted since (since its start for a thread started after the mark), finished or not."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self._lock = threading.Lock()
-        self._profiles: List[Tuple[str, cProfile.Profile]] = []
-        self._marked: Dict[int, Dict[Any, Tuple[int, float, float]]] = {}
-        run = threading.Thread.run
-        profiles = self
-
-        def profiled_run(thread: threading.Thread) -> None:
-            profile = cProfile.Profile(time.thread_time)  # CPU time: a thread's waits are not in it
-            with profiles._lock:
-                profiles._profiles.append((thread_kind(thread.name), profile))
-            profile.enable()
-            try:
-                run(thread)
-            finally:
-                profile.disable()
-
-        threading.Thread.run = profiled_run  # type: ignore[method-assign,assignment]
-
-    def _taken(self) -> List[Tuple[int, str, Dict[Any, Any]]]:
-        """(index, kind, stats) of every profile now (a running thread's entries are read as they are)."""
-        with self._lock:
-            profiles = list(self._profiles)
-        taken = []
-        for n, (kind, profile) in enumerate(profiles):
-            profile.snapshot_stats()
-            taken.append((n, kind, dict(profile.stats)))
-        return taken
-
-    def mark(self) -> None:
-        """From now on: what :meth:`write` writes is counted from here."""
-        taken = self._taken()
-        self._marked = {n: {f: (nc, tt, ct) for f, (_, nc, tt, ct, _) in stats.items()} for n, _, stats in taken}
-
-    def write(self) -> None:
-        """Each thread's profile since the mark, in ``pstats``'s file format (without callers)."""
-        for n, kind, stats in self._taken():
-            before = self._marked.get(n, {})
-            since: Dict[Any, Any] = {}
-            for func, (cc, nc, tt, ct, _) in stats.items():
-                nc0, tt0, ct0 = before.get(func, (0, 0.0, 0.0))
-                if nc > nc0 or tt > tt0:
-                    since[func] = (max(cc - nc0, 0), nc - nc0, tt - tt0, ct - ct0, {})
-            with open(os.path.join(self.directory, f"{os.getpid()}-{n}-{kind}.prof"), "wb") as f:
-                marshal.dump(since, f)
-
-
 def instance_main(argv: List[str]) -> int:
     """``fire_lag.instance_main`` with :class:`RoundTrips` as its count at the client, the
-    warm-up's lead and the window's tail the parent chose (:data:`WARMUP_ENV`, :data:`TAIL_ENV`)
-    and, if asked (:data:`PROFILE_ENV`), its threads profiled from the moment its window opens."""
+    warm-up's lead and the window's tail the parent chose (:data:`WARMUP_ENV`, :data:`TAIL_ENV`)."""
     fire_lag.CallCounter = RoundTrips  # type: ignore[misc,assignment]  # the name instance_main looks up
     if os.environ.get(STORED_ENV):  # before the tail's wrapper, which wraps it
         fire_lag.register_jobs = register_task  # type: ignore[assignment]  # the name instance_main looks up
@@ -196,19 +113,4 @@ def instance_main(argv: List[str]) -> int:
             return max(register(cron, recorder, args, first_ms), window_ms)
 
         fire_lag.register_jobs = register_jobs  # the name instance_main looks up
-    directory = os.environ.get(PROFILE_ENV)
-    profiles = ThreadProfiles(directory) if directory else None
-    if profiles is not None:
-        measure = fire_lag.measure_window
-
-        def measure_window(cron: Any, store: Any, wire: Any, window: Tuple[int, int], stop: threading.Event) -> Any:
-            if fire_lag.wait_until_store_ms(cron.clock, window[0], stop):
-                profiles.mark()
-            return measure(cron, store, wire, window, stop)
-
-        fire_lag.measure_window = measure_window  # the name instance_main looks up
-    try:
-        return fire_lag.instance_main(fire_lag.parse_args(argv))
-    finally:
-        if profiles is not None:
-            profiles.write()
+    return fire_lag.instance_main(fire_lag.parse_args(argv))

@@ -17,7 +17,7 @@ import glob
 import os
 import pstats
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 #: The functions printed per kind of thread.
 TOP = 12
@@ -38,15 +38,39 @@ def print_profiles(directory: str, top: int = TOP, what: str = WINDOW) -> None:
         print(f"  profiles: none written in {directory}")
         return
     print(f"  profiles of {what}, in {directory}:")
+    skipped: List[str] = []
     for kind, paths in sorted(files.items()):
-        stats = pstats.Stats(*paths)
+        stats = read_stats(paths, skipped)
+        if stats is None:
+            continue
         total = stats.total_tt  # type: ignore[attr-defined]
-        print(f"    {kind}: {len(paths)} threads, {total:.2f} s of CPU; the top {top}:")
+        threads = len(paths) - sum(1 for path in skipped if path in paths)
+        print(f"    {kind}: {threads} threads, {total:.2f} s of CPU; the top {top}:")
         print(f"      {'own CPU s':>9} {'cum CPU s':>9} {'calls':>9}  function")
         rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:top]  # type: ignore[attr-defined]
         for (file, line, name), (_, calls, tottime, cumtime, _) in rows:
             where = f"{_short(file)}:{line}({name})" if line else name
             print(f"      {tottime:9.2f} {cumtime:9.2f} {calls:9d}  {where}")
+    if skipped:
+        names = ", ".join(os.path.basename(path) for path in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+        print(f"    ({len(skipped)} profile files skipped, empty or unreadable: {names})")
+
+
+def read_stats(paths: List[str], skipped: List[str]) -> Optional[pstats.Stats]:
+    """The profiles of ``paths`` added up; a file ``pstats`` cannot read (empty, cut short, not a
+    profile) is left out and appended to ``skipped``; None if none could be read."""
+    stats: Optional[pstats.Stats] = None
+    for path in paths:
+        try:
+            one = pstats.Stats(path)
+        except (TypeError, ValueError, EOFError, OSError):  # pstats says TypeError for an empty profile
+            skipped.append(path)
+            continue
+        if stats is None:
+            stats = one
+        else:
+            stats.add(one)
+    return stats
 
 
 def _short(path: str) -> str:

@@ -236,9 +236,11 @@ def run(
     heartbeat_ms: int = 500,
     max_late_ms: int = 30_000,
     poll_ms: int = POLL_MS,
+    lease_margin_ms: Optional[int] = None,
     progress: Optional[Callable[[str], None]] = None,
 ) -> Tuple[Report, Dict[str, Any]]:
-    """Run one chaos test of ``minutes`` on ``store_kind``; the checker's report and a summary."""
+    """Run one chaos test of ``minutes`` on ``store_kind``; the checker's report and a summary
+    (``lease_margin_ms`` None: LeaseCron's default for the lease and heartbeat)."""
     say = progress or (lambda message: log.info("%s", message))
     if instances < 3:
         raise ValueError(f"a chaos run needs at least 3 instances, not {instances}")
@@ -254,6 +256,8 @@ def run(
     quiet_s = lease_ms / 1000.0 + 5.0
     args = ["--lease-ms", str(lease_ms), "--heartbeat-ms", str(heartbeat_ms), "--max-late-ms", str(max_late_ms),
             "--poll-ms", str(poll_ms)]  # fmt: skip
+    if lease_margin_ms is not None:
+        args += ["--lease-margin-ms", str(lease_margin_ms)]
     store: Optional[_Store] = None
     proxies: List[FaultyProxy] = []
     workers: List[WorkerProcess] = []
@@ -315,6 +319,7 @@ def run(
                 raise RuntimeError(f"the {name} failed: {thread.error!r}") from thread.error
         store.settle()
         say("stopping the instances (SIGTERM)")
+        _log_final_stop(log_dir)
         unclean = _stop_all(workers)
         for worker in workers:
             worker.check_exit()
@@ -322,10 +327,11 @@ def run(
         (workdir / "final_runs.json").write_text(json.dumps(final_runs))  # to check the logs again later
         operator.record_final()  # the requests' final states, for the checker
         config = Config(lease_ms=lease_ms, heartbeat_ms=heartbeat_ms, max_late_ms=max_late_ms, jobs=dict(JOBS),
-                        sink=workdir / "sink.db", poll_ms=poll_ms)  # fmt: skip
+                        sink=workdir / "sink.db", poll_ms=poll_ms, lease_margin_ms=lease_margin_ms)  # fmt: skip
         report = check(log_dir, final_runs, config)
         about = dict(store=store_kind, seed=seed, instances=instances, duration_s=duration_s, lease_ms=lease_ms,
-                     heartbeat_ms=heartbeat_ms, poll_ms=poll_ms, workdir=workdir)  # fmt: skip
+                     heartbeat_ms=heartbeat_ms, lease_margin_ms=config.margin_of_lease_ms, poll_ms=poll_ms,
+                     workdir=workdir)  # fmt: skip
         return report, summarize(about, final_runs, nemesis, operator, workers, unclean, report)
     finally:
         for thread in (nemesis, operator):
@@ -340,6 +346,14 @@ def run(
             proxy.stop()
         if store is not None:
             store.stop()
+
+
+def _log_final_stop(log_dir: Path) -> None:
+    """The ``final-stop`` line of ``harness.jsonl``: when the final SIGTERMs begin (the checker
+    takes a process still running then as stopped by one)."""
+    line = {"ev": "final-stop", "wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns()}
+    with (log_dir / "harness.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def _stop_all(workers: List[WorkerProcess]) -> List[str]:

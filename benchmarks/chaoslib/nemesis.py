@@ -37,7 +37,9 @@ those the backend supports and applies it:
   ``how: all`` and ``mode``. After a blackhole the instances' retries race:
   a newer slot's claim (a short backoff) usually beats the retries of an older
   slot's claim (a long one), which are then refused as ``late``. A partition is
-  likelier while an instance is frozen.
+  likelier while an instance is frozen, and a run that saw no blackhole by the
+  middle of its faulty time gets one at its next action that allows a partition
+  (a short run drawn without one proved no late claim).
 
 At most ``instances - 2`` instances are down, frozen or stalled at once, and
 an instance carries one fault at a time; kill, stop, term and stall go, 3
@@ -369,6 +371,8 @@ class Nemesis(threading.Thread):
         self.failures: List[str] = []
         #: Whether the first action is a store fault (when the store is ready for one).
         self._store_next = store_first
+        #: When a store-wide blackhole must have happened (proxied stores): set when the loop starts.
+        self._blackhole_by = float("inf")
         self._halt = threading.Event()
         self._pending: List[Tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -397,7 +401,9 @@ class Nemesis(threading.Thread):
     def run(self) -> None:
         """The nemesis thread: run due heal steps, pick an action every 1–3 s until ``quiet_at``, heal at the end."""
         try:
-            next_action = time.monotonic() + self.rng.uniform(1.0, 3.0)
+            start = time.monotonic()
+            next_action = start + self.rng.uniform(1.0, 3.0)
+            self._blackhole_by = start + (self.quiet_at - start) / 2
             while not self._halt.is_set():
                 now = time.monotonic()
                 while self._pending and self._pending[0][0] <= now:
@@ -454,6 +460,9 @@ class Nemesis(threading.Thread):
         first, self._store_next = self._store_next and store_ready, False
         names = [c[0] for c in choices]
         action = "store-restart" if first else self.rng.choices(names, weights=[c[1] for c in choices])[0]
+        if not first and "partition" in names and now >= self._blackhole_by and not self.counts["partition:blackhole"]:
+            self._partition(budget, "blackhole")  # every proxied run sees one: its retries race (late claims)
+            return
         if action == "store-restart":
             how = self.rng.choice(self.store.hows())
             self.store.apply(how, self.rng, budget, self)
@@ -563,11 +572,11 @@ class Nemesis(threading.Thread):
 
         self.schedule(duration, end)
 
-    def _partition(self, budget: float) -> None:
+    def _partition(self, budget: float, mode: Optional[str] = None) -> None:
         """Cut every instance off the store at once for 2–5 s: every proxy stalls, or drops (blackhole)."""
         proxies = [inst.proxy for inst in self.instances.values() if inst.proxy is not None]
         duration = min(self.rng.uniform(2.0, 5.0), budget)
-        mode = self.rng.choice(["stall", "blackhole"])
+        mode = mode or self.rng.choice(["stall", "blackhole"])
         for proxy in proxies:
             if mode == "blackhole":
                 proxy.blackhole()

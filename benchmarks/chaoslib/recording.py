@@ -3,7 +3,8 @@
 :class:`Recorder` appends one JSON object per line (``ev``, ``runner``, ``pid``, ``wall_ns``,
 ``mono_ns`` and the line's fields; see :mod:`chaoslib.worker` for every ``ev``);
 :class:`RecordingStore` wraps the real store and logs each claim, heartbeat, finish and
-release once it returned (or raised), with the monotonic times around it.
+release once it returned (or raised), with the monotonic times around it (a claim or finish of
+a batch: around the batch).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from leasecron import Claim, Run, Store
-from leasecron.stores import ClaimRequest, DelegatingStore
+from leasecron import Claim, Run, RunBrief, Store
+from leasecron.stores import ClaimRequest, DelegatingStore, Finish
 
 __all__ = ["Recorder", "RecordingStore", "error_text"]
 
@@ -98,7 +99,7 @@ class RecordingStore(DelegatingStore):
                 self._attempts[run.token] = run.attempt
             self._rec.log(
                 "claim", job=request.job, slot_ms=request.slot_ms, reason=request.reason, outcome=claim.outcome,
-                version=request.version, t0_mono_ns=t0, t1_mono_ns=t1, **_run_fields(run),
+                version=request.version, t0_mono_ns=t0, t1_mono_ns=t1, **_run_fields(claim.found),
             )  # fmt: skip
         return claims
 
@@ -113,11 +114,36 @@ class RecordingStore(DelegatingStore):
             "finish", job, slot_ms, token, extra, lambda: self.inner._finish(job, slot_ms, token, status, error)
         )
 
+    def _finish_many(self, finishes: List[Finish]) -> List[bool]:
+        """Finishes sent in one round trip (runs that ended together): one line per finish, each
+        with the times around the whole batch."""
+        sent = time.monotonic_ns()
+        try:
+            answers = self.inner._finish_many(finishes)
+        except Exception as exc:
+            recv = time.monotonic_ns()
+            for f in finishes:
+                self._rec.log(
+                    "finish", ok=None, error=error_text(exc), sent_mono_ns=sent, recv_mono_ns=recv,
+                    **self._ids(f.job, f.slot_ms, f.token), status=f.status, failure=f.error,
+                )  # fmt: skip
+            raise
+        recv = time.monotonic_ns()
+        for f, ok in zip(finishes, answers):
+            self._rec.log(
+                "finish", ok=bool(ok), sent_mono_ns=sent, recv_mono_ns=recv,
+                **self._ids(f.job, f.slot_ms, f.token), status=f.status, failure=f.error,
+            )  # fmt: skip
+        return answers
+
+    def _ids(self, job: str, slot_ms: int, token: str) -> Dict[str, Any]:
+        return {"job": job, "slot_ms": slot_ms, "token": token, "attempt": self._attempts.get(token)}
+
     def _release(self, job: str, slot_ms: int, token: str) -> bool:
         return self._call("release", job, slot_ms, token, {}, lambda: self.inner._release(job, slot_ms, token))
 
     def _call(self, ev: str, job: str, slot_ms: int, token: str, extra: Dict[str, Any], call: Any) -> bool:
-        ids = {"job": job, "slot_ms": slot_ms, "token": token, "attempt": self._attempts.get(token)}
+        ids = self._ids(job, slot_ms, token)
         sent = time.monotonic_ns()
         try:
             ok = bool(call())
@@ -130,7 +156,9 @@ class RecordingStore(DelegatingStore):
         return ok
 
 
-def _run_fields(run: Optional[Run]) -> Dict[str, Any]:
+def _run_fields(run: Union[Run, RunBrief, None]) -> Dict[str, Any]:
+    """The fields of the run an answer is about: a whole :class:`Run`, or the brief that a
+    ``running`` or ``done`` answer carries (no start time: ``run_started_ms`` is None)."""
     if run is None:
         return {"attempt": None, "token": None, "lease_end_ms": None, "run_slot_ms": None,
                 "run_status": None, "run_runner": None, "run_started_ms": None}  # fmt: skip
@@ -141,5 +169,5 @@ def _run_fields(run: Optional[Run]) -> Dict[str, Any]:
         "run_slot_ms": run.slot_ms,
         "run_status": run.status,
         "run_runner": run.runner,
-        "run_started_ms": run.started_ms,
+        "run_started_ms": run.started_ms if isinstance(run, Run) else None,
     }

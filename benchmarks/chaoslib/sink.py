@@ -30,9 +30,21 @@ class Sink:
     between tries (a frozen instance can hold the write lock for seconds).
     """
 
-    def __init__(self, path: Path, busy_ms: int = 5_000) -> None:
+    def __init__(self, path: Path, busy_ms: int = 5_000, create: bool = True) -> None:
+        """Open the sink at ``path``; with ``create``, make its table (in WAL mode) first.
+
+        The harness creates the sink before it starts an instance, so an instance opens it with
+        ``create=False`` and takes no lock to start: another instance frozen while it closed its
+        connection (a checkpoint's exclusive lock) once kept an instance's start from a
+        ``CREATE TABLE IF NOT EXISTS`` until it failed ("database is locked").
+        """
         self.path = path
         self.busy_ms = busy_ms
+        if create:
+            self._create()
+
+    def _create(self) -> None:
+        """Switch the file to WAL and create the table if it is not there."""
         conn = self._connect()
         try:
             for _ in range(50):  # switching to WAL needs a moment without other connections

@@ -2,7 +2,8 @@
 
 :func:`summarize` gathers them as plain JSON-ready values (slots per job and status, the
 nemesis's and the operator's actions, violations per invariant, takeover and hand-over
-delays, instances that exited on their own); :func:`format_summary` prints them.
+delays, the smallest gap from a ``lost`` by the local deadline to the next attempt's start,
+instances that exited on their own); :func:`format_summary` prints them.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def summarize(
         "takeover_ms": _delays(report.takeover),
         "handover_ms": _delays(report.handover),
         "failover_ms": {name: _delays(Delays(0, ms)) for name, ms in report.failover_ms.items()},
+        "margin_gap_ms": {
+            "n": len(report.margin_gaps_ms),
+            "min": None if report.smallest_margin_gap_ms is None else round(report.smallest_margin_gap_ms, 1),
+            "margin": report.lease_margin_ms,
+            "tolerance": report.margin_tolerance_ms,
+        },
         "unexpected_exits": unexpected,
         "unclean_stops": unclean,
         "nemesis_failures": list(nemesis.failures),
@@ -110,6 +117,11 @@ def format_summary(summary: Dict[str, Any]) -> str:
             f"{name[:-3]}: n={d['n']} p50={d['p50']} p95={d['p95']} p99={d['p99']} max={d['max']} ms"
             f" (bound {d['bound']} ms, {d['excused']} excused)"
         )
+    gap = summary["margin_gap_ms"]
+    lines.append(
+        f"lost (unrenewed) -> next attempt: n={gap['n']} smallest={gap['min']} ms"
+        f" (lease_margin_ms {gap['margin']} ms, tolerance {gap['tolerance']} ms)"
+    )
     for name, d in summary["failover_ms"].items():
         if d["n"]:
             lines.append(f"after a primary kill, {name.replace('_', ' ')}: n={d['n']} p50={d['p50']} max={d['max']} ms")

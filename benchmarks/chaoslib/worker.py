@@ -26,7 +26,8 @@ fields (``ids`` = ``job``, ``slot_ms``, ``attempt``, ``token``; a handler's line
 
 =========  ================================================================
 ready      first line of an incarnation: ``store`` (URL scheme), ``lease_ms``,
-           ``heartbeat_ms``, ``max_late_ms``, ``poll_ms``, ``seed``, ``jobs``, ``skew_ms`` (how far
+           ``heartbeat_ms``, ``lease_margin_ms`` (as resolved), ``max_late_ms``,
+           ``poll_ms``, ``seed``, ``jobs``, ``skew_ms`` (how far
            the process's wall clock is skewed; every ``wall_ns`` is corrected by it)
 running    after ``cron.start()`` returned
 claim      ``job``, ``slot_ms``, ``reason``, ``version`` (of the stored schedule the
@@ -85,6 +86,7 @@ from typing import Any, List  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
 from leasecron import Context, Event, LeaseCron, Store, open_store  # noqa: E402
+from leasecron.options import default_margin_ms  # noqa: E402
 
 from .checker import DEFAULT_JOBS  # noqa: E402
 from .handlers import JOB_PLANS, JobPlan, LostRuns, Plan, make_handler, plan_run  # noqa: E402
@@ -122,6 +124,7 @@ def build_cron(store: Store, recorder: Recorder, sink: Sink, args: argparse.Name
         runner=args.runner,
         lease_ms=args.lease_ms,
         heartbeat_ms=args.heartbeat_ms,
+        lease_margin_ms=args.lease_margin_ms,
         max_late_ms=args.max_late_ms,
         history_size=100_000,
         jitter_ms=0,
@@ -147,6 +150,12 @@ def build_cron(store: Store, recorder: Recorder, sink: Sink, args: argparse.Name
     return cron
 
 
+def _margin(args: argparse.Namespace) -> int:
+    """The ``lease_margin_ms`` the instance runs with: given, or LeaseCron's default."""
+    given: Optional[int] = args.lease_margin_ms
+    return given if given is not None else default_margin_ms(args.lease_ms, args.heartbeat_ms)
+
+
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     """The command line (every option required except the defaults shown)."""
     p = argparse.ArgumentParser(prog="python -m chaoslib.worker", description=__doc__.split("\n")[0])
@@ -156,6 +165,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--sink", required=True, type=Path, help="the shared SQLite sink file")
     p.add_argument("--lease-ms", type=int, default=2_000)
     p.add_argument("--heartbeat-ms", type=int, default=500)
+    p.add_argument(
+        "--lease-margin-ms", type=int, default=None, help="default: LeaseCron's, for the lease and heartbeat"
+    )
     p.add_argument("--max-late-ms", type=int, default=30_000)
     p.add_argument("--poll-ms", type=int, default=1_000, help="how often to look for manual-run requests")
     p.add_argument("--seed", type=int, default=0)
@@ -174,12 +186,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     jobs = {name: dataclasses.asdict(DEFAULT_JOBS[name]) for name in JOB_PLANS}
     recorder.log(
         "ready", store=urlsplit(args.store).scheme, lease_ms=args.lease_ms, heartbeat_ms=args.heartbeat_ms,
+        lease_margin_ms=_margin(args),
         max_late_ms=args.max_late_ms, poll_ms=args.poll_ms, seed=args.seed, jobs=jobs, skew_ms=args.skew_ms,
     )  # fmt: skip
     store: Optional[Store] = None
     try:
         store = open_store(args.store)
-        cron = build_cron(store, recorder, Sink(args.sink, busy_ms=WRITER_BUSY_MS), args)
+        cron = build_cron(store, recorder, Sink(args.sink, busy_ms=WRITER_BUSY_MS, create=False), args)
         cron.start()
         recorder.log("running")
         if EARLY_STOP.is_set():  # asked to stop while starting: a warm stop all the same

@@ -16,6 +16,8 @@
   manual runs costs an instance and the store, at 1 to 10,000 jobs;
 * :mod:`speedlib.baseline`: ``store_ops.py --baseline-ref REF``: the claims of
   an earlier commit beside today's, in one invocation.
+* :mod:`speedlib.repeats`: ``fire_lag.py`` and ``burst.py --repeat N``: each
+  headline figure's median and range over N runs.
 
 The scripts of ``benchmarks/`` import these modules (``benchmarks/`` is on
 ``sys.path`` when one of them runs); nothing here imports a script.

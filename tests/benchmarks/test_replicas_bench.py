@@ -18,7 +18,7 @@ from tests.conftest import required_binary
 pytestmark = pytest.mark.timeout(120)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "replicas.py"
-OPERATIONS = ("claim (won)", "claim (running)", "heartbeat", "finish", "release")
+OPERATIONS = ("claim (won)", "claim (running)", "claim (brief)", "heartbeat", "finish", "release")
 
 
 def test_replicas_benchmark_measures_each_operation_in_one_round_trip_at_every_replicas_value() -> None:

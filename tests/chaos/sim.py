@@ -6,7 +6,8 @@ every kind of event the checker judges: a takeover after SIGKILL, a takeover of 
 runner whose heartbeat is refused after SIGCONT, a hand-over after SIGTERM, a skipped overlap,
 a refused late claim, a planned failure, a triggered run, a claim answered ``paused``, a run
 that ignores its timeout for a while and one retried after a failed try, a code job rescheduled
-and reset and a stored job put and deleted (:mod:`tests.chaos.sim_schedules`), with the attempts
+and reset and a stored job put and deleted (:mod:`tests.chaos.sim_schedules`), a runner cut off
+from the store that gives its run up by its local deadline (:mod:`tests.chaos.sim_margin`), with the attempts
 each record holds. It passes; each test breaks one thing and expects the
 invariant that names it to report a violation (:func:`found`, :func:`assert_violates`,
 :func:`assert_clean`). Times are ms on one clock (``mono_ns`` and ``wall_ns`` alike), slots
@@ -23,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from chaoslib.checker import DEFAULT_JOBS, Config, Report, check
 
+from .sim_margin import cut_off
 from .sim_schedules import schedules
 
 __all__ = [
@@ -93,6 +95,12 @@ class Sim:
         line = {"ev": "nemesis", "action": action, "runner": runner, "pid": self.pids.get(runner or ""),
                 "wall_ns": ns(at), "mono_ns": ns(at), **fields}  # fmt: skip
         self.logs.setdefault("nemesis", []).append(line)
+        return line
+
+    def final_stop(self, at: float) -> Dict[str, Any]:
+        """The harness's ``final-stop`` line (``harness.jsonl``): its final SIGTERMs begin at ``at``."""
+        line = {"ev": "final-stop", "wall_ns": ns(at), "mono_ns": ns(at)}
+        self.logs.setdefault("harness", []).append(line)
         return line
 
     def claim(
@@ -333,6 +341,10 @@ def clean_run(sim: Sim) -> SimpleNamespace:
     controls(sim, h)
     tries(sim, h)
     schedules(sim, h)
+    # long2@16000: M is cut off from the store and gives its run up by its local deadline; N takes over
+    sim.instance("M", 113, 14100)
+    sim.instance("N", 114, 14100)
+    h.m_cut_off = cut_off(sim, "M", "N", 16000)
     # the attempts each record holds (rule 20)
     sim.attempts("every1", 1000, (1, "A", "schedule", 1000, 1201, "success"))
     sim.attempts(

@@ -8,13 +8,14 @@ pause, resume, trigger and the stored attempts).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
 from chaoslib.checker import Config, Report, check
 
 from .sim import HB, LEASE, Sim, assert_skipped, clean_run, ns, resume_later, start
+from .sim_schedules import answer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -40,9 +41,9 @@ def test_clean_run_passes_with_every_invariant_checked(tmp_path: Path) -> None:
     unchecked = [inv.name for inv in report.invariants.values() if inv.checked == 0]
     assert unchecked == [], report.format_table()
     assert report.effective, report.format_table()
-    assert report.effects["takeovers"] == 3 and report.effects["refused_heartbeats"] == 1
+    assert report.effects["takeovers"] == 4 and report.effects["refused_heartbeats"] == 1
     assert report.effects["refused_late_claims"] == 1 and report.effects["kills"] == 1
-    assert report.end_states["completed"] == 12 and report.end_states["skipped while paused"] == 1
+    assert report.end_states["completed"] == 13 and report.end_states["skipped while paused"] == 1
     assert report.end_states["skipped as rescheduled"] == 1 and report.effects["stale_claims"] == 2
     assert report.effects["schedule_changes"] == 4 and report.effects["stored_job_runs"] == 2
     assert report.effects["rescheduled_skips"] == 2 and report.effects["stored_due_slots"] == 2
@@ -77,16 +78,31 @@ def test_attempt_gap(tmp_path: Path) -> None:
     assert_violates(sim.check(), "attempts_sequential")
 
 
-def test_gap_after_an_unanswered_claim_is_skipped(tmp_path: Path) -> None:
-    """A takeover claim timed out, yet the store carried it out: the gap it leaves is skipped, not a violation."""
+def _gap_after_an_unanswered_claim(tmp_path: Path, reason: str, sent: float, error: str) -> Report:
+    """C's claim of long2@8000 (``reason``) sent at ``sent`` got no answer at 10000; the store
+    carried out a claim all the same: C's logged takeover is attempt 3 there, attempt 2 unlogged."""
     sim, _ = start(tmp_path)
-    sim.line("C", "claim", 9600, job="long2", slot_ms=8000, reason="takeover", outcome=None,
-             error="StoreUnavailable: timed out", t0_mono_ns=ns(9500), t1_mono_ns=ns(9600))  # fmt: skip
+    sim.line("C", "claim", 10000, job="long2", slot_ms=8000, reason=reason, outcome=None,
+             error=error, t0_mono_ns=ns(sent), t1_mono_ns=ns(10000))  # fmt: skip
     next(r for r in sim.records["long2"] if r["slot_ms"] == 8000).update(attempt=3)
     for line in sim.logs["C"] + sim.logs["B"]:  # C's logged takeover was attempt 3 in the store
         if line.get("token") == "c-8000-2":
             line["attempt"] = 3
-    assert_skipped(sim.check(), "attempts_sequential")
+    return sim.check()
+
+
+def test_gap_after_an_unanswered_claim_is_skipped(tmp_path: Path) -> None:
+    """A takeover claim timed out, yet the store carried it out: the gap it leaves is skipped, not a violation."""
+    report = _gap_after_an_unanswered_claim(tmp_path, "takeover", 9500, "StoreUnavailable: timed out")
+    assert_skipped(report, "attempts_sequential")
+
+
+def test_gap_after_an_unanswered_claim_sent_before_the_win_it_follows_is_skipped(tmp_path: Path) -> None:
+    """C's scheduled claim, sent before B's claim of attempt 1 was answered, got no answer; the
+    server ran it later (it waited for its standby) and took the run over as attempt 2: the gap
+    is skipped, not a violation."""
+    report = _gap_after_an_unanswered_claim(tmp_path, "schedule", 7999, "StoreUnavailable: no answer within 2 s")
+    assert_skipped(report, "attempts_sequential")
 
 
 def test_record_with_an_older_token(tmp_path: Path) -> None:
@@ -269,6 +285,61 @@ def test_run_left_running_with_instances_available(tmp_path: Path) -> None:
     sim.line("Y", "stopped", 20000, code=0)
     report = sim.check()
     assert any("still running" in v for v in violations(report, "end_state")), report.format_table()
+
+
+def assert_stuck_unless_deleted(sim: Sim, deleted: bool, stopped: Tuple[str, ...]) -> None:
+    """stored1@2000 recorded running for X (token x); with ``deleted`` the job is deleted at 2999;
+    the ``stopped`` instances stop at 20000. The run is reported 'still running' unless deleted."""
+    sim.record("stored1", 2000, 1, "x", "X", "running")
+    if deleted:
+        sim.operator("delete", "stored1", 2999, **answer(2, 3000, "code"))
+    for runner in stopped:
+        sim.line(runner, "stopped", 20000, code=0)
+    report = sim.check()
+    stuck = any("still running" in v for v in violations(report, "end_state"))
+    assert stuck is not deleted, report.format_table()
+
+
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_run_of_a_job_deleted_before_its_takeover_stays_running(tmp_path: Path, deleted: bool) -> None:
+    """A stored job's run whose runner ended it stays 'running': a violation, unless the job was
+    deleted between the run's start and its takeover's due time (a deleted job's backups end)."""
+    sim = Sim(tmp_path)
+    x_runs_y_backs_up(sim, "stored1", 2000, 2500, outcome="open")
+    sim.line("X", "end", 2500, outcome="returned", job="stored1", slot_ms=2000, attempt=1, token="x")
+    assert_stuck_unless_deleted(sim, deleted, ("X", "Y"))
+
+
+@pytest.mark.parametrize("deleted", [False, True])
+def test_an_unconfirmed_run_of_a_job_deleted_meanwhile_stays_running(tmp_path: Path, deleted: bool) -> None:
+    """stored1@2000 is recorded running for X, whose claims got no answer (the replicas did not
+    confirm the write; it sent the claim again with its token) and who never started it; Y was
+    answered running. A violation, unless the job was deleted while X was still claiming it:
+    nobody started that run, and a deleted job's backups end."""
+    sim = Sim(tmp_path)
+    for runner, pid in (("X", 201), ("Y", 202), ("Z", 203)):
+        sim.instance(runner, pid)
+    sim.claim("X", "stored1", 2000, 2000, None)
+    sim.claim("Y", "stored1", 2000, 2010, "running", attempt=1, token="x")
+    sim.claim("X", "stored1", 2000, 2600, None)
+    sim.nemesis("kill", 4000, "Z")  # after the delete: the last kill is no start of the run
+    assert_stuck_unless_deleted(sim, deleted, ("X", "Y"))
+
+
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_run_whose_claimant_was_killed_before_the_answer_of_a_deleted_job_stays_running(
+    tmp_path: Path, deleted: bool
+) -> None:
+    """stored1@2000 is recorded running for X, killed before it logged its claim's answer; Y was
+    answered running. A violation, unless the job was deleted between the claims and X's kill's
+    takeover time: a deleted job's backups end (a later kill of another instance changes nothing)."""
+    sim = Sim(tmp_path)
+    for runner, pid in (("X", 201), ("Y", 202), ("Z", 203)):
+        sim.instance(runner, pid)
+    sim.claim("Y", "stored1", 2000, 2010, "running", attempt=1, token="x")
+    sim.nemesis("kill", 2300, "X")
+    sim.nemesis("kill", 4000, "Z")
+    assert_stuck_unless_deleted(sim, deleted, ("Y",))
 
 
 def test_run_live_at_the_end_is_no_violation(tmp_path: Path) -> None:

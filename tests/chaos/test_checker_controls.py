@@ -165,6 +165,29 @@ def test_a_request_on_a_slot_of_the_schedule_may_be_run_by_its_scheduled_claim(t
     assert_clean(sim.check(), "trigger_once")
 
 
+@pytest.mark.parametrize("won_by", ["schedule", "manual"])
+def test_a_request_skipped_as_an_overlap_and_its_slot_run_later_by_the_schedule(tmp_path: Path, won_by: str) -> None:
+    """every1 (1 s, overlap skip) requested at 7000, a slot of its schedule: B's manual claim finds
+    the previous run alive and the request is skipped (rule 17); C's scheduled claim of 7000 comes
+    later, once that run ended, and runs the slot as the schedule's run: no violation. Had a manual
+    claim won that run, the request ran though the store shows it skipped: a violation."""
+    sim, _ = start(tmp_path)
+    sim.operator("trigger", "every1", 7000, slot_ms=7000, expires_ms=47_000, state="pending")
+    sim.claim("B", "every1", 7000, 7005, "overlap", reason="manual", attempt=1, token="b-6000", run_slot=6000)
+    sim.won("C", "every1", 7000, 1, "c-7000", 7300, reason=won_by)
+    sim.run("C", "every1", 7000, 1, "c-7000", 7302, 7500)
+    sim.record("every1", 7000, 1, "c-7000", "C", "success")
+    sim.attempts("every1", 7000, (1, "C", won_by, 7300, 7501, "success"))
+    sim.logs["operator"] = [ln for ln in sim.logs["operator"] if ln.get("action") != "final-state"]
+    sim.final_state("every1", (4500, "claimed"), (7000, "skipped"))
+    sim.final_state("skip3")
+    sim.sink_from_records()
+    if won_by == "schedule":
+        assert_clean(sim.check(), "trigger_once")
+    else:
+        assert_violates(sim.check(), "trigger_once", "the request ran, yet the store shows it skipped")
+
+
 @pytest.mark.parametrize("trigger_raised", [False, True], ids=["nobody_requested", "after_a_trigger_that_raised"])
 def test_a_manual_run_with_no_request_logged(tmp_path: Path, trigger_raised: bool) -> None:
     """C wins a manual run of long2 at 6100 with no request logged: a violation, or skipped after a
@@ -249,6 +272,23 @@ def test_a_stored_attempt_the_nemesis_explains(
     for action, at, runner, fields in nemesis:
         sim.nemesis(action, at, runner, **fields)
     assert_clean(sim.check(), "attempts_match")
+
+
+@pytest.mark.parametrize("final_stop_at, excused", [(7990, True), (8500, False)], ids=["before_the_win", "after_it"])
+def test_a_release_without_its_line_after_the_harness_final_sigterm(
+    tmp_path: Path, final_stop_at: float, excused: bool
+) -> None:
+    """long2@8000's attempt 1 stored handed_over without B's release line: excused when B won it
+    after the harness began its final SIGTERMs (``harness.jsonl``), as after a nemesis ``term``;
+    reported when the final stop came only after the win."""
+    sim, h = start(tmp_path)
+    h.stored_8000[0].update({"outcome": "handed_over"})
+    sim.final_stop(final_stop_at)
+    report = sim.check()
+    if excused:
+        assert_clean(report, "attempts_match")
+    else:
+        assert_violates(report, "attempts_match", "logged no accepted finish or release")
 
 
 def test_a_finish_without_its_line_is_reported_also_when_won_after_sigterm(tmp_path: Path) -> None:

@@ -78,6 +78,36 @@ def test_late_timeout_of_a_frozen_process_is_no_violation(tmp_path: Path) -> Non
     assert_clean(sim.check(), "timeout_enforced")
 
 
+def test_late_timeout_of_a_starved_process_is_no_violation(tmp_path: Path) -> None:
+    """The same late timeout while C logged no line at all from 4950 to 5390 with its handler
+    ticking (starved of CPU; its heartbeat due at 5000 went at 5390): the bound is 440 ms
+    later, so no violation."""
+    sim, h = start(tmp_path)
+    move(h.c_timeout_4000.abort, 5402)
+    silent = [ln for ln in sim.logs["C"] if ns(4950) < ln["mono_ns"] < ns(5390)]
+    for beat in [ln for ln in silent if ln["ev"] == "heartbeat"]:
+        silent.remove(beat)
+        beat.update(sent_mono_ns=ns(5390), recv_mono_ns=ns(5391))
+        move(beat, 5391)
+    drop(sim, "C", silent)
+    assert_clean(sim.check(), "timeout_enforced")
+
+
+def test_a_heartbeat_sent_just_after_the_timeout_on_waking_from_a_freeze_is_no_gap(tmp_path: Path) -> None:
+    """C frozen from 4600 to 5390, across its timeout and its heartbeat's due time: on waking the
+    abort comes at 5391 and the beat at 5392, after it. Both timers fell due in the freeze and
+    run in either order: no gap (a postgresql-standby chaos run)."""
+    sim, h = start(tmp_path)
+    sim.nemesis("stop", 4600, "C")
+    sim.nemesis("cont", 5390, "C")
+    drop(sim, "C", [ln for ln in sim.logs["C"] if ns(4600) < ln["mono_ns"] < ns(5390) and ln["ev"] == "tick"])
+    move(h.c_timeout_4000.abort, 5391)
+    beat = next(c for c in h.c_timeout_4000.heartbeats if c["sent_mono_ns"] == ns(5002))
+    beat.update(sent_mono_ns=ns(5392), recv_mono_ns=ns(5393))
+    move(beat, 5393)
+    assert_clean(sim.check(), "timeout_enforced")
+
+
 def test_heartbeats_stopped_at_the_timeout(tmp_path: Path) -> None:
     """No heartbeat after the timeout although the handler worked on 1.6 s past it."""
     sim, h = start(tmp_path)
@@ -253,6 +283,23 @@ def test_a_long_wait_of_a_frozen_process_is_no_violation(tmp_path: Path) -> None
     sim.nemesis("stop", 8250, "C")
     sim.nemesis("cont", 8650, "C")
     assert_clean(sim.check(), "tries_sequential")
+
+
+@pytest.mark.parametrize("silent", [True, False])
+def test_a_long_wait_of_a_starved_process_is_no_violation(tmp_path: Path, silent: bool) -> None:
+    """Try 2 began 500 ms after try 1 raised while C's every1 handler ticked: when C logged no line
+    at all for 320 ms meanwhile (starved of CPU), no violation; when it logged on, one."""
+    sim, _ = start(tmp_path)
+    sim.won("C", "every1", 8000, 1, "c-e8000", 8000)
+    sim.run("C", "every1", 8000, 1, "c-e8000", 8001, 9000)
+    sim.won("C", "retry2", 8000, 1, "c-r8000", 8000)
+    sim.tried("C", "retry2", 8000, 1, "c-r8000", [(8002, 8200), (8700, 8900)])
+    sim.record("retry2", 8000, 1, "c-r8000", "C", "success")
+    if silent:
+        drop(sim, "C", [ln for ln in sim.logs["C"] if ns(8300) < ln["mono_ns"] < ns(8620)])
+        assert_clean(sim.check(), "tries_sequential")
+    else:
+        assert_violates(sim.check(), "tries_sequential", "(wait 100..375 ms)")
 
 
 def test_try_after_a_try_that_returned(tmp_path: Path) -> None:

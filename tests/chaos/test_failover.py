@@ -93,6 +93,34 @@ def test_without_a_failover_a_run_seen_and_gone_is_reported(tmp_path: Path) -> N
     assert_violates(_unconfirmed_run_seen(tmp_path, failover=False), "end_state", "no record, and the claims")
 
 
+def _stale_primary_answered_done(tmp_path: Path, failover: bool) -> Report:
+    """every1@16000, as an old primary woken after a failover answers it before it is a replica:
+    A's claim won there unconfirmed (its ``WAIT`` fell short: no answer), B's claim of the same
+    slot, after a newer slot's claim interrupted that run there, was answered ``done`` by a brief
+    answer; the promoted primary never saw the run; with ``failover``, the failover (a freeze of
+    the old primary) began before the claims and settled after them."""
+    sim, _ = start(tmp_path)
+    if failover:
+        sim.nemesis("failover", 13_000, how="stop", port=1, new_port=2, promoted_ms=2500, duration_ms=4_000)
+    sim.claim("A", "every1", 16_000, 16_000, None)
+    sim.claim("B", "every1", 16_000, 19_500, "done", attempt=1, token="only-on-the-old-primary")
+    return sim.check()
+
+
+def test_a_done_answer_from_an_old_primary_during_a_failover_is_no_violation(tmp_path: Path) -> None:
+    """A ``done`` answer about a run nobody logged winning, no record at the end, a failover
+    around the claims (settled less than a settling time before the answer): 'unconfirmed, lost
+    in a failover'."""
+    report = _stale_primary_answered_done(tmp_path, failover=True)
+    assert report.invariants["end_state"].violations == [], report.format_table()
+    assert report.end_states["unconfirmed, lost in a failover"] == 1
+
+
+def test_without_a_failover_a_done_answer_about_a_missing_run_is_reported(tmp_path: Path) -> None:
+    """The counterpart: the same answers with no failover are a violation of end_state."""
+    assert_violates(_stale_primary_answered_done(tmp_path, failover=False), "end_state", "no record, and the claims")
+
+
 def _freeze_replicas_and_cut_them_off(topology: Replicated) -> List[int]:
     """SIGSTOP both replicas, then drop their connections on the primary: what it writes next
     reaches no replica (a frozen replica would read it from its socket once woken). Their pids."""

@@ -23,6 +23,7 @@ import pytest
 
 import leasecron
 from chaoslib.checker import Config, check, read_final_runs
+from chaoslib.sink import Sink
 from tests.helpers import wait_for
 
 from . import BENCHMARKS, ROOT
@@ -57,6 +58,7 @@ class Instances:
         self.logs.mkdir()
         self.url = f"sqlite:///{tmp_path / 'store.db'}"
         self.sink = tmp_path / "sink.db"
+        Sink(self.sink)  # created before the workers start, as the harness does
         self.procs: Dict[str, "subprocess.Popen[bytes]"] = {}
 
     def start(self, runner: str) -> "subprocess.Popen[bytes]":

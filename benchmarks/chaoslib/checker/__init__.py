@@ -32,7 +32,8 @@ The invariants (names as in :attr:`Report.invariants`):
 ``attempts_sequential``  the attempts of a slot were won as 1..n, in order, without
                          duplicates; a gap is excused (skipped) only where a SIGKILL
                          could have hit between a won claim and its log line, or a
-                         claim of the slot got no answer (an ambiguous write).
+                         claim of the slot sent before the next attempt's got no
+                         answer (an ambiguous write: the server may run it late).
 ``record_last_token``    the stored record holds the last attempt and its token.
 ``one_finish``           at most one finish accepted per slot, with the record's
                          token and status.
@@ -53,6 +54,13 @@ The invariants (names as in :attr:`Report.invariants`):
                          by it (when not fenced by a refusal). A ``lost`` that comes
                          late for a handler that had ended in time is no violation:
                          only the store's record of the end was pending.
+``margin_kept``          an attempt that logged ``lost`` (unrenewed: by its local
+                         deadline) did so at least ``lease_margin_ms`` less a 50 ms
+                         tolerance before the slot's next attempt began, unless its
+                         process was SIGSTOPped since its last confirmed renewal, it
+                         released the run after ``lost``, or the store's clock was
+                         stepped or a replicated store failed over meanwhile
+                         (``checker/margin.py``); the report gives the smallest gap.
 ``end_state``            every slot ends completed (success/failed), skipped as
                          overlap, refused late, skipped as rescheduled (claims answered
                          ``stale``), interrupted by a newer slot, or out of attempts.
@@ -60,7 +68,7 @@ The invariants (names as in :attr:`Report.invariants`):
                          at the end when its runner was still at it, or no
                          instance could have taken it over before the logs end.
                          On a replicated store, a slot without a record whose
-                         claims were answered ``running`` about a run nobody
+                         claims were answered ``running`` or ``done`` about a run nobody
                          logged winning ends ``unconfirmed, lost in a failover``
                          when a failover may have discarded that run's write.
 ``dead_runners_only``    attempt k+1 follows only a runner that was killed, frozen,
@@ -111,7 +119,8 @@ The invariants (names as in :attr:`Report.invariants`):
                          (``checker/tries.py``).
 ``tries_sequential``     an attempt's tries begin as 1..k, k <= ``retries`` + 1 (a
                          backup at 1), each after the one before raised, after its
-                         ``retry`` event and its wait, never after an abort or ``lost``.
+                         ``retry`` event and its wait (plus any time its process was
+                         frozen or starved), never after an abort or ``lost``.
 ``retry_outcome``        a run recorded ``success`` ended by a try that returned; one
                          recorded ``failed`` by a last try that raised after all its
                          tries (or was aborted), with that try's error.
@@ -178,6 +187,11 @@ heartbeat`` after it ends. The report counts failovers among the faults, and
 after each ``kill -9`` of a primary (``failover``, ``how: kill``) measures the
 delays until the promotion, the next handler start, the next takeover and the
 settled topology (:attr:`Report.failover_ms`).
+
+The harness's ``harness.jsonl``: one ``{"ev": "final-stop", "wall_ns", "mono_ns"}`` line
+written just before it sends every instance its final SIGTERM. A process still running then
+was stopped by it, as by a ``term`` (an attempt it won after it, and released at once as the
+process exited, may lack its release line); the final stop is no fault and no hand-over to time.
 """
 
 from __future__ import annotations
@@ -188,6 +202,7 @@ from typing import Dict, List
 from .attempts import check_attempt_records
 from .bounds import bounds_of
 from .controls import check_paused, check_triggers, read_controls
+from .margin import MARGIN_TOLERANCE_MS, check_margin
 from .model import Model, build_model
 from .outcomes import check_max_attempts, check_successors, end_state
 from .report import (
@@ -265,10 +280,12 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
     controls = read_controls(Path(log_dir))
     changes = changes_of(controls)
     model.gaps = longest_gaps(model, changes)
+    model.deletes = {job: [c.sent_ns for c in chs if c.action == "delete"] for job, chs in changes.items()}
     b = bounds_of(model, config)
     inv = {name: InvariantResult(name, text) for name, text in INVARIANTS.items()}
     takeover, handover = Delays(b.takeover_ms), Delays(b.handover_ms)
     end_states = {state: 0 for state in END_STATES}
+    gaps: List[float] = []
     check_tokens(model, inv["tokens_unique"])
     for slot in sorted(model.slots.values(), key=lambda s: (s.job, s.slot_ms)):
         check_attempts(model, slot, inv["attempts_sequential"])
@@ -276,6 +293,7 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
         check_one_finish(slot, inv["one_finish"])
         check_fencing(slot, inv["fencing"])
         check_overlap(model, slot, b, inv["overlap_window"], inv["lost_in_time"])
+        check_margin(model, slot, config.margin_of_lease_ms, inv["margin_kept"], gaps)
         check_successors(model, slot, inv["dead_runners_only"], inv["failed_not_retried"])
         check_max_attempts(slot, config.max_attempts, inv["max_attempts"])
         check_attempt_records(model, slot, inv["attempts_match"])
@@ -313,6 +331,9 @@ def check(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config) -> R
         margin_ms=config.margin_ms,
         notes=_notes(model, config),
         failover_ms=failover_delays(model),
+        margin_gaps_ms=gaps,
+        lease_margin_ms=config.margin_of_lease_ms,
+        margin_tolerance_ms=MARGIN_TOLERANCE_MS,
     )
 
 

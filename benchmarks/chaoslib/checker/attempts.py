@@ -129,12 +129,15 @@ def _against_logs(model: Model, slot: Slot, att: dict, inv: InvariantResult) -> 
 def _line_may_be_missing(model: Model, att: Attempt, released: bool) -> bool:
     """Whether a finish or release (``released``) the store accepted may have no ``ok`` line: the
     process was killed after the attempt was won, one of the attempt's finishes or releases got no
-    answer, or a release of an attempt won after its process got SIGTERM (released at once, maybe
-    while the process exited)."""
+    answer, or a release of an attempt won after its process got SIGTERM, the nemesis's or the
+    harness's final one (released at once, maybe while the process exited)."""
     if any(c["ev"] in ("finish", "release") and c.get("ok") is None for c in att.calls):
         return True
     proc = model.proc(att.pid)
     killed: Optional[int] = None if proc is None else proc.killed_ns
     termed: Optional[int] = None if proc is None else proc.termed_ns
+    final = model.final_stop_ns
+    if final is not None and proc is not None and proc.last_ns >= final and (termed is None or final < termed):
+        termed = final  # still running at the harness's final SIGTERM: its first SIGTERM
     won_while_stopping = released and termed is not None and termed <= (att.won_t1 or 0)
     return (killed is not None and killed >= (att.won_t0 or 0)) or won_while_stopping

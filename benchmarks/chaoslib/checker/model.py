@@ -117,6 +117,8 @@ class Proc:
     resumed: List[Tuple[int, int]] = dataclasses.field(default_factory=list)  # (frozen since, SIGCONT)
     #: (sent, answered, changed the store: a won claim, an accepted call) of each store write.
     writes: List[Tuple[int, int, bool]] = dataclasses.field(default_factory=list)
+    #: [from, to] of each time the process logged nothing while a handler of it ticked (starved).
+    starved: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
 
     def seen(self, t: int) -> None:
         """A line of this process at ``t``."""
@@ -131,6 +133,10 @@ class Proc:
     def frozen_during(self, a: int, b: int) -> bool:
         """Whether the process was SIGSTOPped at some time in ``[a, b]``."""
         return any(s <= b and e >= a for s, e in self.frozen)
+
+    def starved_ns(self, a: int, b: int) -> int:
+        """How long, within ``[a, b]``, the process was starved of CPU (:func:`_find_starved`)."""
+        return sum(max(0, min(e, b) - max(s, a)) for s, e in self.starved)
 
     def frozen_at(self, t: int) -> bool:
         """Whether the process was SIGSTOPped at ``t``."""
@@ -164,6 +170,8 @@ class Proc:
         return any(sent <= cont and answered >= stop for sent, answered, _ in self.writes)
 
 
+#: A process that logged nothing for longer than this while a handler of it ticked was starved.
+STARVED_NS = 100 * NS
 PROCESS_ACTIONS = {"kill", "stop", "cont", "term", "start-instance"}
 #: The store calls that write, and the fields of their send and answer times.
 WRITE_CALLS = {
@@ -199,8 +207,12 @@ class Model:
         #: The longest time between two slots of any schedule a job had, where a change gave it one
         #: other than the code's (ms; ``checker/schedules.py``).
         self.gaps: Dict[str, int] = {}
+        #: When a delete of each stored job was sent, answered or not (``checker/schedules.py``).
+        self.deletes: Dict[str, List[int]] = {}
         self.end_ns = 0
         self.malformed = 0
+        #: When the harness began the final SIGTERMs of every instance (``harness.jsonl``), if logged.
+        self.final_stop_ns: Optional[int] = None
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -328,6 +340,7 @@ def build_model(log_dir: Path, final_runs: Dict[str, List[dict]], config: Config
     _apply_nemesis(model)
     _close_unlogged_resumes(model, lines, ticks)
     _find_frozen_writers(model)
+    _find_starved(model, lines, ticks)
     for job, runs in final_runs.items():
         for run in runs:
             model.slot(job, int(run["slot_ms"])).record = run
@@ -355,6 +368,33 @@ def _close_unlogged_resumes(
         proc = model.procs[pid]
         proc.frozen[-1][1] = t
         proc.resumed.append((proc.frozen[-1][0], t))
+
+
+def _find_starved(model: Model, lines: List[Line], ticks: Dict[AKey, List[Tuple[int, Optional[int]]]]) -> None:
+    """Find when each process was starved of CPU: it logged no line at all for over
+    :data:`STARVED_NS` while one of its handlers was ticking (a tick every 10 ms), as on a
+    loaded host during a failover. Timing bounds of what the process does then allow for it."""
+    times: Dict[int, List[int]] = {}
+    for t, pid in [(ln["mono_ns"], ln.get("pid")) for ln in lines] + [m for ms in ticks.values() for m in ms]:
+        if pid is not None:
+            times.setdefault(pid, []).append(t)
+    for marks in times.values():
+        marks.sort()
+    found: Dict[int, Set[Tuple[int, int]]] = {}
+    for key, marks in ticks.items():
+        pid, att = marks[0][1], model.attempts[key]
+        if pid is None:
+            continue
+        ends = sorted(h["mono_ns"] for h in att.handler if h["ev"] == "end")
+        tries = [(s["mono_ns"], next((e for e in ends if e >= s["mono_ns"]), INF)) for s in att.starts]
+        ticked = sorted(t for t, _ in marks)
+        for a, b in zip(ticked, ticked[1:]):  # two ticks of one try (not the wait between two tries)
+            if b - a <= STARVED_NS or not any(s <= a and b <= e for s, e in tries):
+                continue
+            seen = times[pid][bisect.bisect_left(times[pid], a) : bisect.bisect_right(times[pid], b)]
+            found.setdefault(pid, set()).update((s, e) for s, e in zip(seen, seen[1:]) if e - s > STARVED_NS)
+    for pid, gaps in found.items():
+        model.procs[pid].starved = sorted(gaps)
 
 
 def _find_frozen_writers(model: Model) -> None:
@@ -400,6 +440,9 @@ def _index(model: Model, line: Line) -> None:
     model.end_ns = max(model.end_ns, t)
     if ev == "nemesis":
         model.nemesis.append(line)
+        return
+    if ev == "final-stop":
+        model.final_stop_ns = t
         return
     pid = line.get("pid")
     if isinstance(pid, int):

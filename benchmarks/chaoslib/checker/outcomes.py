@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 from .bounds import Bounds, fmt_ms
 from .model import Attempt, Model, Slot
-from .report import LATE_TOLERANCE_MS, NS, InvariantResult, JobConfig
+from .report import INF, LATE_TOLERANCE_MS, NS, InvariantResult, JobConfig
 
 
 def end_state(model: Model, slot: Slot, b: Bounds) -> Tuple[Optional[str], Optional[str]]:
@@ -49,17 +49,26 @@ LOST_UNCONFIRMED = "unconfirmed, lost in a failover"
 
 
 def _lost_unconfirmed(model: Model, slot: Slot) -> bool:
-    """Whether the run that claims of ``slot`` were answered ``running`` about, and that the store
-    no longer holds, may have been a claim's write that no replica confirmed, discarded by a failover.
+    """Whether the run that claims of ``slot`` were answered ``running`` or ``done`` about, and
+    that the store no longer holds, may have lived only in writes that no replica confirmed,
+    discarded by a failover.
 
-    A replicated store answers what wrote nothing (``running``) from its primary, unconfirmed writes
-    included, and a failover loses those: so when no instance logged winning the run (its token is
-    no logged winner's), a claim of the slot got no answer or a process was killed (the run's
-    claim, never acknowledged), and a failover was under way or began soon after those answers,
-    nobody started that run and the slot has simply not run. Any answered ``won`` keeps its violation."""
-    won = {a.token for atts in slot.attempts.values() for a in atts if a.won is not None}
-    seen = [c for c in slot.claims if c.get("outcome") == "running" and c.get("run_slot_ms") == slot.slot_ms]
-    if not seen or any(c.get("token") in won for c in seen):
+    A replicated store answers what wrote nothing (``running``, a ``done`` about a run that had
+    ended) from its primary, unconfirmed writes included: another claim's write whose ``WAIT``
+    then fell short, or, on an old primary woken after a failover, what was written there before
+    it became a replica. A failover loses those. So when no instance logged winning any attempt
+    of the slot (nobody started that run), a claim of the slot got no answer or a process was
+    killed (the run's claim, never acknowledged), and a failover was under way around those
+    answers (from a settling time before it began to one after it ended), the slot has simply
+    not run. An answered ``won`` keeps its violation."""
+    if any(a.won is not None for atts in slot.attempts.values() for a in atts):
+        return False
+    seen = [
+        c
+        for c in slot.claims
+        if c.get("outcome") in ("running", "done") and c.get("run_slot_ms") in (None, slot.slot_ms)
+    ]
+    if not seen:
         return False
     sent = min(c["t0_mono_ns"] for c in seen)
     answered = max(c["t1_mono_ns"] for c in seen)
@@ -67,13 +76,33 @@ def _lost_unconfirmed(model: Model, slot: Slot) -> bool:
     unacknowledged = any(c.get("outcome") is None for c in slot.claims) or model.nemesis_in(
         {"kill"}, sent - window, answered
     )
+    settle = model.settle_ns()
     failovers = [n for n in model.nemesis if n.get("action") == "failover"]
     # the write is lost when the primary that holds it fails before a replica has it: the failover
     # begins around the answers (a kill just after them; a freeze before, the write done on waking)
-    return unacknowledged and any(
-        n["mono_ns"] <= answered + model.settle_ns() and n["mono_ns"] + int(n.get("duration_ms") or 0) * NS >= sent
+    return bool(unacknowledged) and any(
+        n["mono_ns"] <= answered + settle and n["mono_ns"] + int(n.get("duration_ms") or 0) * NS + settle >= sent
         for n in failovers
     )
+
+
+def _unlogged_claim(model: Model, slot: Slot, runner: object) -> Optional[Tuple[int, int]]:
+    """When the claim that wrote ``slot``'s record (an attempt no instance logged winning) may have
+    been first sent, and when its instance last carried it; None if nothing shows when.
+
+    Such a claim got no answer: the replicas did not confirm its write and its instance sent it
+    again with its token (each try a line with no outcome: carried until the last answer), or
+    the instance of the record's ``runner`` was killed or stopped before it logged the answer
+    (carried until then). Either way the run began no earlier than the first claim of the slot
+    logged."""
+    claims = [c for c in slot.claims if isinstance(c.get("t0_mono_ns"), int)]
+    if not claims:
+        return None
+    began = min(c["t0_mono_ns"] for c in claims)
+    if any(c.get("outcome") is None for c in claims):
+        return began, max(int(c.get("t1_mono_ns") or c["t0_mono_ns"]) for c in claims)
+    gone = [t for t in (p.gone_ns() for p in model.procs.values() if p.runner == runner) if began <= t < INF]
+    return (began, min(gone)) if gone else None
 
 
 def _manual_none(claim: dict) -> bool:
@@ -101,13 +130,19 @@ def _stuck(model: Model, slot: Slot, b: Bounds) -> Optional[str]:
     """Why a ``running`` record is a violation, or None when it was live at the end."""
     rec = slot.record or {}
     last = next((a for a in slot.attempts.get(int(rec.get("attempt", 0)), []) if a.token == rec.get("token")), None)
-    ceased = _ceased_ns(model, last)
+    # an attempt nobody logged winning: a claim's write its instance never saw answered
+    unlogged = _unlogged_claim(model, slot, rec.get("runner")) if last is None else None
+    ceased = unlogged[1] if unlogged else _ceased_ns(model, last)
     if ceased is None:
         return None
     interval = max(model.config.jobs.get(slot.job, JobConfig(0, "allow")).interval_ms, model.gaps.get(slot.job, 0))
     due = ceased + int((b.takeover_ms + interval) * NS)
     if due >= model.end_ns or not model.available(ceased, due, None if last is None else last.pid):
         return None  # the logs end first, or no instance could have taken it over
+    starts = [a.start_ns or INF for atts in slot.attempts.values() for a in atts]
+    began = unlogged[0] if unlogged else min(starts, default=INF)
+    if any(min(began, ceased) <= t <= due for t in model.deletes.get(slot.job, [])):
+        return None  # its stored job was deleted: the backups of its runs end (a run left running stays so)
     if model.faulted(ceased, due, any_scope=True, frozen_writers=True):
         return None  # a store or network fault, or a frozen SQLite writer, may have kept every claim from the store
     who = last.label() if last else f"attempt {rec.get('attempt')}"

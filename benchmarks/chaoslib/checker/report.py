@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from leasecron.options import default_margin_ms
+
 Line = Dict[str, Any]
 AKey = Tuple[str, int, int, str]  # job, slot_ms, attempt, token
 SKey = Tuple[str, int]  # job, slot_ms
@@ -61,6 +63,15 @@ class Config:
     sink: Optional[Path] = None
     #: How often the instances looked for requests of manual runs (``LeaseCron(poll_ms=...)``).
     poll_ms: int = 1_000
+    #: The instances' ``lease_margin_ms`` (None: LeaseCron's default for the lease and heartbeat).
+    lease_margin_ms: Optional[int] = None
+
+    @property
+    def margin_of_lease_ms(self) -> int:
+        """The ``lease_margin_ms`` the instances ran with: given, or LeaseCron's default."""
+        if self.lease_margin_ms is not None:
+            return self.lease_margin_ms
+        return default_margin_ms(self.lease_ms, self.heartbeat_ms)
 
 
 #: Every invariant, in report order, with its one-line statement.
@@ -73,6 +84,7 @@ INVARIANTS: Dict[str, str] = {
     "overlap_window": "older attempt's ticks after the newer's first tick <= bound",
     "lost_in_time": "an older attempt that ran on logs lost within the bound",
     "local_deadline": "without a pause, a runner stops by its local deadline",
+    "margin_kept": "an unrenewed lost >= lease_margin_ms - tolerance before the next attempt began",
     "end_state": "each slot ends in exactly one allowed state",
     "dead_runners_only": "attempt k+1 only after attempt k's runner died or was cut off",
     "failed_not_retried": "a raising handler never gets another attempt",
@@ -199,6 +211,16 @@ class Report:
     #: After each ``kill -9`` of a replicated store's primary: ms until each figure of
     #: :data:`~chaoslib.checker.timing.FAILOVER_FIGURES` (empty on other stores).
     failover_ms: Dict[str, List[float]] = dataclasses.field(default_factory=dict)
+    #: The gaps (ms) from a runner's ``lost`` (unrenewed) to the next attempt's start (``margin_kept``).
+    margin_gaps_ms: List[float] = dataclasses.field(default_factory=list)
+    #: The ``lease_margin_ms`` they are judged by, and the tolerance below it.
+    lease_margin_ms: int = 0
+    margin_tolerance_ms: int = 0
+
+    @property
+    def smallest_margin_gap_ms(self) -> Optional[float]:
+        """The smallest gap from a ``lost`` (unrenewed) to the next attempt's start, or None."""
+        return min(self.margin_gaps_ms) if self.margin_gaps_ms else None
 
     @property
     def ok(self) -> bool:
@@ -256,6 +278,12 @@ class Report:
             figures = ", ".join(f"{name.replace('_', ' ')} {Delays(0, ms).summary().split(' (bound')[0]}"
                                 for name, ms in self.failover_ms.items())  # fmt: skip
             out.append(f"after a primary kill: {figures}")
+        smallest = self.smallest_margin_gap_ms
+        out.append(
+            f"lost (unrenewed) -> next attempt: n={len(self.margin_gaps_ms)}"
+            + ("" if smallest is None else f" smallest {smallest:.0f} ms")
+            + f" (lease_margin_ms {self.lease_margin_ms} ms, tolerance {self.margin_tolerance_ms} ms)"
+        )
         out.append(
             f"round trip p99 {self.rtt_p99_ms:.1f} ms; overlap bound {self.overlap_bound_ms:.0f} ms;"
             f" scheduling margin {self.margin_ms} ms"

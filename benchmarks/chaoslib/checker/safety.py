@@ -57,12 +57,13 @@ def check_attempts(model: Model, slot: Slot, inv: InvariantResult) -> None:
 def _unlogged_win_possible(model: Model, slot: Slot, won: List[Attempt], n: int) -> bool:
     """Whether attempt ``n`` could have been won without a ``won`` line: a SIGKILL between the
     store's answer and the log line, or a claim of the slot that got no answer (it timed out,
-    its connection broke) though the store may have carried it out (an ambiguous write)."""
+    its connection broke) though the store may have carried it out (an ambiguous write). Such
+    a claim may be carried out any time after it was sent, even after a claim sent later (a
+    server that waited for its synchronous standby ran it seconds after its client gave up), so
+    only a higher attempt's claim bounds it."""
     since = max((a.won_t1 or 0 for a in won if a.attempt < n), default=0)
     until = min((a.won_t0 or INF for a in won if a.attempt > n), default=INF)
-    unanswered = [
-        c for c in slot.claims if c.get("outcome") is None and c["t0_mono_ns"] >= since and c["t0_mono_ns"] <= until
-    ]
+    unanswered = [c for c in slot.claims if c.get("outcome") is None and c["t0_mono_ns"] <= until]
     return bool(unanswered or model.nemesis_in({"kill"}, since, until))
 
 

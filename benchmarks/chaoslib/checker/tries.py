@@ -9,10 +9,12 @@ that works on past its timeout, as the attempt's handler work. What is judged he
     * the signal aborts with reason ``timeout`` (the handler's ``abort`` line) no sooner
       than T after the winning claim was answered (the attempt's clock starts after it), and
       no later than T + margin after the first try began: a handler still at work past then
-      that saw no abort is a violation, unless its process was frozen meanwhile;
+      that saw no abort is a violation, unless its process was frozen meanwhile (the time
+      it was starved of CPU, :func:`~chaoslib.checker.model._find_starved`, extends the bound);
     * a try working on past the timeout (``abort`` with ``ignored_ms``) keeps its lease:
       heartbeats go on throughout, one in flight or due within ``heartbeat + margin`` of the
-      last answer, until its handler ended or its run was reported ``lost``;
+      last answer or of its process's waking from a freeze (plus any time the process was
+      starved), until its handler ended or its run was reported ``lost``;
     * after a timeout the attempt ends ``failed`` with ``timed out after T ms``: its accepted
       finish, its ``failed`` event (reason ``timeout``), and the record when it holds this
       attempt finished (not ``interrupted``: a lease that ran out); it is never released
@@ -22,7 +24,8 @@ that works on past its timeout, as the attempt's handler work. What is judged he
     * its tries are numbered 1..k in time order (a backup's attempt begins at try 1), k <=
       ``retries`` + 1; try n+1 begins after try n ended ``raised``, after a ``retry`` event
       for try n, no sooner than ``retry_delay_ms`` x 2^(n-1) and no later than that plus a
-      quarter of ``retry_delay_ms`` and the margin (unless the process was frozen), and never
+      quarter of ``retry_delay_ms`` and the margin (unless the process was frozen; plus the
+      time it was starved: it logged no line while a handler of it ticked), and never
       after the attempt was aborted or lost; its ``success``/``failed``/``handover`` event
       names try k.
 ``retry_outcome`` (each slot recorded ``success`` or ``failed``, of an attempt that logged tries)
@@ -68,6 +71,18 @@ def _frozen(model: Model, att: Attempt, a: int, b: int) -> bool:
     return proc is not None and proc.frozen_during(a, b)
 
 
+def _thawed(model: Model, att: Attempt, t: int) -> int:
+    """When the attempt's process last woke from a freeze (SIGCONT) at or before ``t``; 0 if never."""
+    proc = model.proc(att.pid)
+    return 0 if proc is None else max((e for _, e in proc.frozen if e <= t), default=0)
+
+
+def _starved(model: Model, att: Attempt, a: int, b: int) -> int:
+    """How long (ns) the attempt's process was starved of CPU within ``[a, b]``."""
+    proc = model.proc(att.pid)
+    return 0 if proc is None else proc.starved_ns(a, b)
+
+
 # ---------------------------------------------------------------------------------------------
 # timeout_enforced
 # ---------------------------------------------------------------------------------------------
@@ -104,9 +119,10 @@ def _abort_in_time(model: Model, att: Attempt, timeout: int, b: Bounds) -> List[
     if abort is not None and abort["mono_ns"] < att.won_t1 + (timeout - CLOCK_SLACK_MS) * NS:
         early = fmt_ms(abort["mono_ns"] - att.won_t1)
         return [f"aborted 'timeout' {early} after its claim was answered, before timeout_ms {timeout} ms"]
-    due = att.start["mono_ns"] + int((timeout + b.margin_ms) * NS)
     aborts = [h["mono_ns"] for h in att.handler if h["ev"] == "abort"]
     noticed = min(aborts + ([att.end["mono_ns"]] if att.end is not None else []), default=INF)  # the last try's end
+    starved = _starved(model, att, att.start["mono_ns"], min(noticed, model.end_ns))
+    due = att.start["mono_ns"] + int((timeout + b.margin_ms) * NS) + starved
     late = [t for t in _activity(att) if t > due and t <= noticed]
     if not late or noticed <= due:
         return []
@@ -120,7 +136,7 @@ def _renewed_past_timeout(model: Model, att: Attempt, b: Bounds) -> List[str]:
     """A try working on past its timeout keeps renewing: from the timeout (or the first beat's
     due time) until its handler's last line or its ``lost``, a heartbeat is always in flight or
     due, within ``heartbeat`` (:data:`BACKOFF_MAX_MS` after a call that raised) + margin of the
-    last answer."""
+    last answer, or within the margin of its process's waking from a freeze."""
     abort = _timeout_abort(att)
     if abort is None or not abort.get("ignored_ms"):
         return []
@@ -132,12 +148,17 @@ def _renewed_past_timeout(model: Model, att: Attempt, b: Bounds) -> List[str]:
         if reach >= until:
             return []
         pause_ms = BACKOFF_MAX_MS if c.get("ok") is None else model.config.heartbeat_ms
-        if c["sent_mono_ns"] > reach and not _frozen(model, att, reach, c["sent_mono_ns"]):
+        # the timers that fell due in a freeze all run on waking, the timeout's and the beat's in either order
+        reach = max(reach, _thawed(model, att, c["sent_mono_ns"]) + margin_ns)
+        late = c["sent_mono_ns"] > reach + _starved(model, att, reach, c["sent_mono_ns"])
+        if late and not _frozen(model, att, reach, c["sent_mono_ns"]):
             return [f"no heartbeat for {fmt_ms(c['sent_mono_ns'] - reach)} while it worked past its timeout"
                     f" ({fmt_ms(reach - abort['mono_ns'])} after it)"]  # fmt: skip
         reach = max(reach, c["recv_mono_ns"] + pause_ms * NS + margin_ns)
     proc = model.proc(att.pid)
     in_flight = proc is not None and proc.killed_ns is not None and proc.killed_ns >= reach  # its line never came
+    reach = max(reach, _thawed(model, att, until) + margin_ns)
+    reach += _starved(model, att, reach, until)
     if reach < until and not in_flight and not _frozen(model, att, reach, until):
         return [f"no heartbeat in the last {fmt_ms(until - reach)} while it worked past its timeout"]
     return []
@@ -234,10 +255,12 @@ def _next_try(
     least_ms = min(job.retry_delay_ms * 2 ** (n - 2), 60_000)
     most_ms = least_ms + job.retry_delay_ms / 4 + b.margin_ms
     waited = t - before["mono_ns"]
+    starved = _starved(model, att, before["mono_ns"], t)
     if waited < (least_ms - CLOCK_SLACK_MS) * NS:
         out.append(f"try {n} began {fmt_ms(waited)} after try {n - 1} raised, before its wait of {least_ms} ms")
-    elif waited > most_ms * NS and not _frozen(model, att, before["mono_ns"], t):
-        out.append(f"try {n} began {fmt_ms(waited)} after try {n - 1} raised (wait {least_ms}..{most_ms:.0f} ms)")
+    elif waited > most_ms * NS + starved and not _frozen(model, att, before["mono_ns"], t):
+        also = f", and {fmt_ms(starved)} starved" if starved else ""
+        out.append(f"try {n} began {fmt_ms(waited)} after try {n - 1} raised (wait {least_ms}..{most_ms:.0f} ms{also})")
     return out
 
 
