@@ -32,14 +32,15 @@ FACE = {"leasecron", "leasecron.__main__", "leasecron.cron", "leasecron.jobs", "
         "leasecron.schedules", "leasecron.context", "leasecron.events", "leasecron.formatting",
         "leasecron.stored", "leasecron.schedule_data", "leasecron.announcements"}  # fmt: skip
 MODEL = {"leasecron.runs", "leasecron.states", "leasecron.errors", "leasecron.controls", "leasecron.limits",
-         "leasecron.version"}  # fmt: skip
+         "leasecron.version", "leasecron.watching"}  # fmt: skip
 OLD_NAMES = {"leasecron.compat"}
 #: What makes a started instance work.
 ENGINE = {
     f"leasecron.engine.{name}"
     for name in ("core", "roles", "roster", "slots", "batches", "claims", "backups", "catch_up", "polling",
                  "live_runs", "live", "tries", "handlers", "workers", "claim_pool", "scheduler", "clock",
-                 "clock_sync", "store_calls", "signals", "stored_jobs", "announcer")
+                 "clock_sync", "store_calls", "signals", "stored_jobs", "announcer", "finishes", "heartbeats",
+                 "returns")
 } | {"leasecron.engine"}  # fmt: skip
 
 

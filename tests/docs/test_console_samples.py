@@ -32,6 +32,7 @@ from leasecron import Context, LeaseCron, Run, Store, open_store
 from leasecron.announcements import announcement_of
 from leasecron.cli import verbs
 from tests.docs.readme_examples import DOCS, README, ROOT
+from tests.helpers import wait_for
 from tests.docs.samples import assert_shows, inline_literals, joined_options, literal_blocks, sessions
 
 FIVE_MIN = 300_000
@@ -148,11 +149,30 @@ def instances_story(tmp_path: Path) -> Iterator[Dict[str, str]]:
     yield {"redis://cache:6379/0": url}
 
 
+@contextmanager
+def returns_story(tmp_path: Path) -> Iterator[Dict[str, str]]:
+    """docs/operating.rst's ``runs`` and ``show`` of work done, recorded as not done (rule 26): the
+    05:00 ``report`` on web-1-4242 lost its lease after its handler returned success (recorded
+    afterwards), and the next slot's run on web-2-977, which had started, superseded it. The page's Redis
+    URL stands for the story's SQLite file, its slot for the story's."""
+    url = f"sqlite:///{tmp_path / 'leasecron.db'}"
+    with open_store(url) as store:
+        slot = store.now_ms() // FIVE_MIN * FIVE_MIN - FIVE_MIN
+        lost = store.claim("report", slot, runner="web-1-4242", lease_ms=30, max_late_ms=NEVER_LATE).run
+        assert lost is not None
+        wait_for(lambda: store.now_ms() > lost.lease_end_ms, message="the lease did not run out")
+        _ended(store, _won(store, "report", slot + FIVE_MIN, "web-2-977"))
+        assert store.claim("report", slot, runner="web-2-977", reason="takeover").outcome == "done"
+        assert store.record_return("report", slot, 1, "web-1-4242", lost.started_ms + 3, "success")
+    yield {"redis://redis.internal:6379/0": url, "2026-12-04T05:00:00Z": str(slot)}
+
+
 #: (page, the first command of a session) -> the story its store must tell.
 STORIES: Dict[Tuple[str, str], Story] = {
     ("operating.rst", "leasecron runs redis://redis.internal:6379/0"): runs_story,
     ("operating.rst", "leasecron jobs --app tasks:cron"): jobs_story,
     ("operating.rst", "leasecron instances redis://cache:6379/0"): instances_story,
+    ("operating.rst", "leasecron runs redis://redis.internal:6379/0 --job report"): returns_story,
     ("usage.rst", 'leasecron pause sqlite:///leasecron.db report --note "vendor API down"'): controls_story,
     ("schedules.rst", 'leasecron reschedule sqlite:///leasecron.db report "*/10 * * * *" --tz Europe/Berlin'):
         schedules_story,
