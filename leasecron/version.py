@@ -3,4 +3,4 @@
 __all__ = ["__version__"]
 
 #: This release's version (PEP 440).
-__version__ = "0.2.0.dev0"
+__version__ = "0.3.0"
