@@ -145,9 +145,14 @@ def test_unreachable_store_makes_the_runner_fence_itself_before_the_lease_ends(p
         threading.Event().wait(2 * HEARTBEAT / 1000)
         run = t.stored()
         assert (run.status, run.token) == ("running", t.ctx.token)
-        # a heartbeat still waiting in the paused server (a cluster client may keep a connection
-        # that gave up) runs once the pause ends: the runner releases that stray renewal at once
-        assert run.lease_end_ms == lease_end or run.lease_end_ms <= given_back + MARGIN, (run.lease_end_ms, lease_end)
+        if run.lease_end_ms != lease_end:
+            # a heartbeat still waiting in the paused server (a cluster client may keep a connection
+            # that gave up) ran once the pause ended: the runner released that stray renewal, its
+            # last write (the release ends the lease when it is applied), long before the renewed
+            # lease could have ended (a loaded machine took 173 ms to answer and release it)
+            attempt = run.attempts[0]
+            assert (attempt.outcome, attempt.ended_ms) == ("handed_over", run.lease_end_ms), run
+            assert run.lease_end_ms < given_back + lease, (run.lease_end_ms - given_back, run)
         assert t.rec.of("success") == [] and t.rec.of("failed") == []
 
 
