@@ -156,7 +156,13 @@ def test_six_field_cron_job_fires_on_even_seconds(make_cron: MakeCron) -> None:
 
 
 def test_scheduled_claims_wait_a_random_jitter(make_cron: MakeCron) -> None:
-    """Before a scheduled claim each instance waits a uniform random delay in [0, jitter_ms]."""
+    """Before a scheduled claim each instance waits a uniform random delay in [0, jitter_ms], on a real
+    instance and store: the runs start spread out, none before its slot, none much after the jitter.
+
+    The exact bound (each claim within jitter_ms, to the millisecond) is proved on the stepped clock
+    (test_stepped.py); here a run's start is the store's time of its claim, after the timer fired,
+    the batch formed and the round trip, which a loaded host can delay: CI saw 453 ms once, on
+    PostgreSQL, with the others at most 220 ms. So the tolerance is a 300 ms pause."""
     jitter = 300
     cron = make_cron("a", catch_up_ms=0, jitter_ms=jitter)
     rec = Recorder(cron)
@@ -167,6 +173,6 @@ def test_scheduled_claims_wait_a_random_jitter(make_cron: MakeCron) -> None:
     first = rec.wait("start", timeout=3).slot_ms
     wait_for(lambda: all(rec.of("start", job=n, slot_ms=first) for n in names), 2)
     delays = [rec.of("start", job=n, slot_ms=first)[0].run.started_ms - first for n in names]  # type: ignore[union-attr]
-    assert all(0 <= d <= jitter + 150 for d in delays), delays
+    assert all(0 <= d <= jitter + 300 for d in delays), delays
     assert max(delays) - min(delays) > 30, f"no jitter: {delays}"
     assert all(e.reason == "schedule" for e in rec.of("start"))

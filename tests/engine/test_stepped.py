@@ -1,12 +1,14 @@
 """The engine's decisions, stepped on a clock the test moves (tests/engine/stepped.py): catch-up
-on start, the skips (late, early, overlap), a backup's checks, and a stalled scheduler. Each runs
-in milliseconds, with no thread and no wall clock, and passes or fails the same way every time
-(the one random thing, a backup's delay of 1-2 heartbeats, is checked within its bounds).
+on start, the skips (late, early, overlap), a backup's checks, a claim's jitter, and a stalled
+scheduler. Each runs in milliseconds, with no thread and no wall clock, and passes or fails the
+same way every time (the random things, a backup's delay of 1-2 heartbeats and a claim's jitter,
+are checked within their bounds).
 
 The protocol is docs/protocol.rst's ("Start-up: catch-up", "Late and early claims", the words
 "backup" and "hand-over"). Where the subject is timing itself (how soon a takeover comes after a
-lease ends, the jitter, threads and store round trips), the tests run real instances on every
-store instead: test_catch_up.py, test_takeover.py, test_overlap.py, test_clock.py.
+lease ends, the jitter on a real host, threads and store round trips), the tests run real
+instances on every store instead: test_catch_up.py, test_takeover.py, test_overlap.py,
+test_clock.py, test_schedules.py.
 """
 
 from __future__ import annotations
@@ -46,9 +48,18 @@ class ClaimLog(MemoryStore):
         self.claimed_jobs: List[str] = []
 
     def _claim(self, request: ClaimRequest) -> Claim:
+        self._note(request)
+        return super()._claim(request)
+
+    def _claim_many(self, requests: List[ClaimRequest]) -> List[Claim]:
+        if len(requests) > 1:  # a batch of one is sent as a claim (noted there)
+            for request in requests:
+                self._note(request)
+        return super()._claim_many(requests)
+
+    def _note(self, request: ClaimRequest) -> None:
         self.claims.append((str(request.reason), request.slot_ms, self.now_ms()))
         self.claimed_jobs.append(request.job)
-        return super()._claim(request)
 
     def takeovers(self, slot_ms: int) -> List[int]:
         """When each takeover claim of ``slot_ms`` was made (store ms)."""
@@ -179,6 +190,23 @@ def test_a_claim_whose_answer_was_lost_is_retried_on_the_instances_clock_and_win
     (token, first), (_, second), (_, third) = store.tries
     assert {t for t, _ in store.tries} == {token} and stored(s.store, "job", at(1)).token == token
     assert second - first >= BACKOFF_FIRST_S * 1000 and third - second >= 2 * BACKOFF_FIRST_S * 1000
+    s.stop()
+
+
+def test_each_scheduled_claim_waits_its_own_random_jitter_within_jitter_ms() -> None:
+    """Before a scheduled claim the instance waits a uniform random delay in [0, jitter_ms], drawn
+    for each claim: on the stepped clock every claim of a slot is made within that bound, to the
+    millisecond, and the claims of one slot do not all wait alike."""
+    jitter = 300
+    s, store = logged(at(0.5))
+    names = [f"job{i}" for i in range(12)]
+    s.boot(*(s.job(1, name=name, catch_up_ms=0, jitter_ms=jitter) for name in names))
+    s.advance_to(at(3))
+    for slot in (at(1), at(2)):
+        delays = [now - slot for reason, slot_ms, now in store.claims if slot_ms == slot]
+        assert len(delays) == len(names) and all(0 <= d <= jitter for d in delays), delays
+        assert max(delays) - min(delays) > 30, f"no jitter: {delays}"
+    assert {reason for reason, _, _ in store.claims} == {"schedule"}
     s.stop()
 
 
